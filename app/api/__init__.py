@@ -1,0 +1,1 @@
+"""HTTP API: thin routers over the domain logic."""

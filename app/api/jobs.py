@@ -1,0 +1,78 @@
+"""/jobs: submit, read, list, report status, kill."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from app.api.deps import Connection, CurrentSettings
+from app.api.schemas import Job, JobPage, SubmitResponse
+from app.errors import BadRequest, InvalidInput
+from app.jobs import store
+from app.jobs.lifecycle import JobStatus
+from app.jobs.models import StatusUpdate, SubmitRequest
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
+
+
+def encode_cursor(after_id: int) -> str:
+    return base64.urlsafe_b64encode(f"after:{after_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, value = text.partition(":")
+        after_id = int(value)
+        if prefix != "after" or after_id < 0:
+            raise ValueError(text)
+        return after_id
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise BadRequest("cursor is not one this service gave out") from None
+
+
+@router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
+async def submit_jobs(body: SubmitRequest, conn: Connection, settings: CurrentSettings) -> dict:
+    """All jobs are queued, or none is."""
+    if len(body.jobs) > settings.jobs.max_batch:
+        raise InvalidInput(
+            f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
+            [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
+        )
+    return {"jobs": await store.submit(conn, body.jobs, settings)}
+
+
+@router.get("", response_model=JobPage, summary="List jobs, oldest first")
+async def list_jobs(
+    conn: Connection,
+    status: JobStatus | None = None,
+    owner: Annotated[str | None, Query(max_length=255)] = None,
+    owner_group: Annotated[str | None, Query(max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> dict:
+    after_id = decode_cursor(cursor) if cursor else 0
+    page, next_after = await store.list_jobs(
+        conn, status=status, owner=owner, owner_group=owner_group, after_id=after_id, limit=limit
+    )
+    return {"jobs": page, "next_cursor": encode_cursor(next_after) if next_after else None}
+
+
+@router.get("/{job_id}", response_model=Job, summary="One job")
+async def get_job(job_id: JobId, conn: Connection) -> dict:
+    return await store.get(conn, job_id)
+
+
+@router.delete("/{job_id}", response_model=Job, summary="Kill a job")
+async def kill_job(job_id: JobId, conn: Connection) -> dict:
+    return await store.kill(conn, job_id)
+
+
+@router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
+async def report_status(job_id: JobId, body: StatusUpdate, conn: Connection) -> dict:
+    return await store.report_status(conn, job_id, body)

@@ -1,0 +1,60 @@
+"""/match and /taskqueues: what pilots and operators ask of the queues."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from app.api.deps import Connection, CurrentSettings, Rng
+from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
+from app.db.engine import read_transaction
+from app.errors import NotFound
+from app.matching import service
+from app.matching.resource import ResourceDescription
+from app.taskqueues import store as tq_store
+
+router = APIRouter(tags=["matching"])
+
+
+@router.post(
+    "/match",
+    response_model=Job,
+    responses={204: {"description": "No job is eligible for this resource."}},
+    summary="Claim the job this resource should run now",
+)
+async def match(
+    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, rng: Rng
+) -> dict | Response:
+    job = await service.match(conn, resource, settings, rng)
+    if job is None:
+        return Response(status_code=204)
+    return job
+
+
+@router.post(
+    "/taskqueues/matching",
+    response_model=MatchingTaskQueueList,
+    summary="Dry run: the TQs this resource may match, with their chances",
+)
+async def matching_task_queues(
+    resource: ResourceDescription, conn: Connection, settings: CurrentSettings
+) -> dict:
+    return {"task_queues": await service.explain(conn, resource, settings)}
+
+
+@router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
+async def list_task_queues(conn: Connection) -> dict:
+    async with read_transaction(conn):
+        return {"task_queues": await tq_store.read_task_queues(conn)}
+
+
+@router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
+async def get_task_queue(
+    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Connection
+) -> dict:
+    async with read_transaction(conn):
+        found = await tq_store.read_task_queues(conn, [tq_id])
+    if not found:
+        raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")
+    return found[0]

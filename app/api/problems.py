@@ -1,0 +1,87 @@
+"""RFC 9457 problem details for every error, never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.status import HTTP_400_BAD_REQUEST, HTTP_422_UNPROCESSABLE_CONTENT
+
+from app.errors import FairmatchError
+
+log = logging.getLogger("fairmatch.api")
+
+PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_SECONDS = 5
+
+
+def problem(
+    status: int, title: str, detail: str, *, kind: str | None = None, headers: dict | None = None, **extra: Any
+) -> JSONResponse:
+    body = {
+        "type": f"urn:fairmatch:problem:{kind}" if kind else "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    # only what is safe to echo: no input values, no exception objects
+    return [
+        {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+        for err in exc.errors()
+    ]
+
+
+async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = _field_errors(exc)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return problem(
+            HTTP_400_BAD_REQUEST, "Malformed JSON", "the request body is not valid JSON",
+            kind="malformed-json", errors=errors,
+        )
+    where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return problem(
+        HTTP_422_UNPROCESSABLE_CONTENT, "Invalid input", where + more, kind="invalid-input", errors=errors
+    )
+
+
+async def _on_domain_error(_: Request, exc: FairmatchError) -> JSONResponse:
+    kind = type(exc).__name__.lower()
+    return problem(exc.status, exc.title, exc.detail, kind=kind, **exc.extra)
+
+
+async def _on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    title = HTTPStatus(exc.status_code).phrase
+    return problem(exc.status_code, title, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+async def _on_database_unavailable(_: Request, exc: DBAPIError) -> JSONResponse:
+    log.warning("database unavailable: %s", exc.__class__.__name__)
+    return problem(
+        503, "Service unavailable", "the database cannot be reached; retry shortly",
+        kind="database-unavailable", headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return problem(500, "Internal error", "the server failed; the error was logged", kind="internal")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(FairmatchError, _on_domain_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(OperationalError, _on_database_unavailable)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,90 @@
+"""What the API answers (the OpenAPI schema is generated from these)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field, JsonValue
+
+
+class SubmittedJob(BaseModel):
+    job_id: int
+    task_queue_id: int
+    status: str
+
+
+class SubmitResponse(BaseModel):
+    jobs: list[SubmittedJob]
+
+
+class Job(BaseModel):
+    job_id: int
+    status: str
+    minor_status: str | None
+    task_queue_id: int | None = Field(
+        description="The TQ the job waits in (Waiting), or was matched from (match answers)."
+    )
+    owner: str
+    owner_group: str
+    vo: str
+    cpu_time: int = Field(description="CPU seconds requested.")
+    cpu_bucket: int | None = Field(description="The CPU-time segment the job was queued under.")
+    sites: list[str]
+    banned_sites: list[str]
+    grid_ces: list[str]
+    platforms: list[str]
+    job_types: list[str]
+    tags: list[str]
+    user_priority: int
+    priority_class: int
+    job_class: str | None
+    payload: JsonValue
+    site: str | None
+    pilot_reference: str | None
+    submitted_at: datetime
+    matched_at: datetime | None
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    cpu_seconds: float | None
+    wall_seconds: float | None
+
+
+class JobPage(BaseModel):
+    jobs: list[Job]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null at the end.")
+
+
+class TaskQueue(BaseModel):
+    task_queue_id: int
+    owner: str
+    owner_group: str
+    vo: str
+    cpu_time: int
+    priority_class: int
+    priority: float
+    jobs: int = Field(description="Waiting jobs.")
+    sites: list[str]
+    banned_sites: list[str]
+    grid_ces: list[str]
+    platforms: list[str]
+    job_types: list[str]
+    tags: list[str]
+    created_at: datetime
+
+
+class TaskQueueList(BaseModel):
+    task_queues: list[TaskQueue]
+
+
+class MatchingTaskQueue(TaskQueue):
+    probability: float = Field(description="Chance that a match with this resource draws this TQ.")
+
+
+class MatchingTaskQueueList(BaseModel):
+    task_queues: list[MatchingTaskQueue]
+
+
+class Health(BaseModel):
+    status: str

@@ -1,0 +1,1 @@
+"""Database access: the schema, the engine and dialect helpers."""

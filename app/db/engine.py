@@ -1,0 +1,86 @@
+"""Engine construction and the per-dialect details that matter for correctness."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+APPLICATION_NAME = "fairmatch"
+
+
+
+def normalise_url(url: str) -> URL:
+    """Give bare `postgresql://` and `sqlite://` URLs their async drivers."""
+    parsed = make_url(url)
+    driver = parsed.drivername
+    if driver in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+asyncpg"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif driver in ("sqlite", "sqlite+pysqlite"):
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    if parsed.drivername not in ("postgresql+psycopg", "sqlite+aiosqlite"):
+        raise ValueError(
+            f"unsupported database URL scheme {driver!r}: use postgresql://… or sqlite:///…"
+        )
+    return parsed
+
+
+def is_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite"
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    parsed = normalise_url(url)
+    if is_sqlite(parsed):
+        engine = create_async_engine(parsed, connect_args={"timeout": 30})
+        _make_sqlite_transactional(engine)
+        return engine
+    return create_async_engine(
+        parsed,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"application_name": APPLICATION_NAME},
+    )
+
+
+def _make_sqlite_transactional(engine: AsyncEngine) -> None:
+    """SQLite as a correct single-writer database.
+
+    The driver's own transaction handling is switched off so that every
+    transaction starts with an explicit BEGIN: IMMEDIATE for anything that may
+    write (the write lock is taken up front, so check-then-write sequences are
+    atomic and never fail half-way with SQLITE_BUSY), deferred for reads.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # noqa: ANN001
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn):  # noqa: ANN001
+        if conn.get_execution_options().get("fairmatch_read_only"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@asynccontextmanager
+async def read_transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    """A transaction that only reads: on SQLite a deferred BEGIN, so readers
+    do not queue behind the write lock."""
+    await conn.execution_options(fairmatch_read_only=True)
+    try:
+        async with conn.begin():
+            yield conn
+    finally:
+        await conn.execution_options(fairmatch_read_only=False)

@@ -1,0 +1,46 @@
+"""Alembic, driven from code: `fairmatch db upgrade` and the schema check at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+import app
+
+
+def migrations_dir() -> Path:
+    """`app/_migrations` in an installed wheel, `migrations/` in a source checkout."""
+    package = Path(app.__file__).resolve().parent
+    for candidate in (package / "_migrations", package.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError("the migrations directory is missing from this installation")
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    # '%' would be read as interpolation by configparser
+    config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def head_revision(database_url: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+
+
+async def current_revision(conn: AsyncConnection) -> str | None:
+    return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

@@ -1,0 +1,163 @@
+"""The schema: DIRAC's TaskQueueDB layout plus the job lifecycle.
+
+A task queue (TQ) groups the waiting jobs whose requirements are identical.
+Its single-valued keys are columns; each multi-valued requirement has a table
+of its own with one row per value, so that matching is a set of indexed
+EXISTS tests. `tq_jobs` holds exactly the jobs that are Waiting.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+NAME = 255  # owners, groups, sites, platforms, tags, ...
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+task_queues = Table(
+    "task_queues",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("requirements_hash", String(64), nullable=False, unique=True),
+    Column("owner", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    Column("cpu_time", BigInteger, nullable=False),
+    Column("priority_class", Integer, nullable=False),
+    Column("priority", Float, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# The multi-valued requirements, keyed by the JobSpec field that fills them.
+MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
+
+
+def _tq_values_table(field: str) -> Table:
+    return Table(
+        f"tq_{field}",
+        metadata,
+        Column(
+            "tq_id",
+            Id,
+            ForeignKey("task_queues.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column("value", String(NAME), primary_key=True),
+        # Matching looks values up from the TQ side; operators ask "which TQs list site X".
+        Index(f"ix_tq_{field}_value", "value"),
+    )
+
+
+tq_values = {field: _tq_values_table(field) for field in MULTI_VALUE_FIELDS}
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("status", String(16), nullable=False),
+    Column("minor_status", String(NAME)),
+    Column("owner", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    Column("cpu_time", BigInteger, nullable=False),
+    # The normalised requirements, enough to find the job's TQ again on reschedule.
+    Column("requirements", JSON, nullable=False),
+    Column("user_priority", Integer, nullable=False),
+    Column("priority_class", Integer, nullable=False),
+    Column("job_class", String(NAME)),
+    Column("payload", JSON),
+    # The TQ the job was last queued in; informational once it leaves the queue.
+    Column("task_queue_id", BigInteger),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("matched_at", DateTime(timezone=True)),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("heartbeat_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("pilot_reference", String(NAME)),
+    Column("site", String(NAME)),
+    Column("cpu_seconds", Float),
+    Column("wall_seconds", Float),
+    Index("ix_jobs_status_id", "status", "id"),
+    Index("ix_jobs_owner_id", "owner", "id"),
+    Index("ix_jobs_owner_group_id", "owner_group", "id"),
+)
+
+# The waiting jobs. The index serves both the user-priority level draw
+# (GROUP BY real_priority) and "lowest job ids at that level".
+tq_jobs = Table(
+    "tq_jobs",
+    metadata,
+    Column(
+        "job_id",
+        Id,
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    # No cascade: a TQ is only deleted once empty, and the foreign key makes
+    # a racing delete fail instead of silently dropping a waiting job.
+    Column("tq_id", Id, ForeignKey("task_queues.id"), nullable=False),
+    Column("user_priority", Integer, nullable=False),
+    Column("real_priority", Float, nullable=False),
+    Index("ix_tq_jobs_tq_level_job", "tq_id", "real_priority", "job_id"),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("minor_status", String(NAME)),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("source", String(64), nullable=False),
+    Index("ix_job_events_job_id", "job_id", "id"),
+)
+
+# Idempotent matching: a pilot that retries with the same request_id gets the
+# job its first attempt claimed.
+match_requests = Table(
+    "match_requests",
+    metadata,
+    Column("request_id", String(NAME), primary_key=True),
+    Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+groups = Table(
+    "groups",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("job_share", Float, nullable=False),
+    # DIRAC's JOB_SHARING property: the group's jobs are matched by group alone.
+    Column("job_sharing", Boolean, nullable=False),
+    Column("properties", JSON, nullable=False),
+    Column("allow_background_tqs", Boolean, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("description", Text),
+)

@@ -1,0 +1,40 @@
+"""Domain errors. The API turns them into problem details; logic never imports FastAPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FairmatchError(Exception):
+    status = 500
+    title = "Internal error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class NotFound(FairmatchError):
+    status = 404
+    title = "Not found"
+
+
+class Conflict(FairmatchError):
+    status = 409
+    title = "Conflict"
+
+
+class BadRequest(FairmatchError):
+    status = 400
+    title = "Bad request"
+
+
+class InvalidInput(FairmatchError):
+    """A field-level error found after parsing (e.g. a size limit from settings)."""
+
+    status = 422
+    title = "Invalid input"
+
+    def __init__(self, detail: str, errors: list[dict[str, Any]]) -> None:
+        super().__init__(detail, errors=errors)

@@ -1,0 +1,39 @@
+"""Bounded input types shared by every model that takes outside data."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+MAX_NAME = 255
+MAX_VALUES = 1000
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _no_control_characters(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("control characters are not allowed")
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    """DIRAC sends a single string where it means a one-element list."""
+    return [value] if isinstance(value, str) else value
+
+
+Name = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_NAME),
+    AfterValidator(_no_control_characters),
+]
+
+NameList = Annotated[
+    list[Name],
+    BeforeValidator(_one_or_many),
+    Field(max_length=MAX_VALUES),
+]

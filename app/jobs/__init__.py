@@ -1,0 +1,1 @@
+"""Jobs: specifications, the lifecycle state machine and their SQL."""

@@ -1,0 +1,300 @@
+"""Job SQL: bulk submission, reads, status transitions and kill.
+
+Lock order, everywhere: a job's tq_jobs row before its jobs row (the claim
+does the same), so a kill racing a match cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.clock import as_utc, utcnow
+from app.db.engine import read_transaction
+from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, tq_jobs
+from app.errors import Conflict, InvalidInput, NotFound
+from app.jobs.lifecycle import FINAL, JobStatus, allowed
+from app.jobs.models import JobSpec, StatusUpdate
+from app.settings import Settings
+from app.taskqueues import store as tq_store
+from app.taskqueues.requirements import Requirements, real_priority
+
+
+def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
+    return Requirements.build(
+        owner=spec.owner,
+        owner_group=spec.owner_group,
+        vo=spec.vo or settings.jobs.default_vo,
+        cpu_time=spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time,
+        priority_class=spec.priority_class,
+        buckets=settings.taskqueues.cpu_buckets,
+        **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
+    )
+
+
+def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:
+    errors = []
+    for i, spec in enumerate(specs):
+        size = len(json.dumps(spec.payload, separators=(",", ":")).encode())
+        if size > limit:
+            errors.append(
+                {
+                    "loc": ["body", "jobs", i, "payload"],
+                    "msg": f"payload is {size} bytes, the limit is {limit}",
+                    "type": "payload_too_large",
+                }
+            )
+    if errors:
+        raise InvalidInput(f"{len(errors)} job payload(s) over {limit} bytes", errors)
+
+
+async def submit(
+    conn: AsyncConnection, specs: Sequence[JobSpec], settings: Settings
+) -> list[dict[str, Any]]:
+    """Queue all jobs or none. Returns job_id, task_queue_id and status per job, in order."""
+    check_payloads(specs, settings.jobs.max_payload_bytes)
+    now = utcnow()
+    reqs = [requirements_of(spec, settings) for spec in specs]
+    async with conn.begin():
+        tq_ids = await tq_store.find_or_create(conn, reqs, now)
+        rows = [
+            {
+                "status": JobStatus.Waiting.value,
+                "owner": r.owner,
+                "owner_group": r.owner_group,
+                "vo": r.vo,
+                "cpu_time": spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time,
+                "requirements": r.to_json(),
+                "user_priority": spec.user_priority,
+                "priority_class": spec.priority_class,
+                "job_class": spec.job_class,
+                "payload": spec.payload,
+                "task_queue_id": tq_ids[r.hash],
+                "submitted_at": now,
+            }
+            for spec, r in zip(specs, reqs)
+        ]
+        job_ids: list[int] = []
+        for part in tq_store.chunks(rows):
+            result = await conn.execute(
+                insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), list(part)
+            )
+            job_ids.extend(result.scalars().all())
+        waiting = [
+            {
+                "job_id": job_id,
+                "tq_id": row["task_queue_id"],
+                "user_priority": row["user_priority"],
+                "real_priority": real_priority(row["user_priority"]),
+            }
+            for job_id, row in zip(job_ids, rows)
+        ]
+        for part in tq_store.chunks(waiting):
+            await conn.execute(insert(tq_jobs), list(part))
+        await _record_events(conn, job_ids, JobStatus.Waiting, now, "submit")
+    return [
+        {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
+        for job_id, row in zip(job_ids, rows)
+    ]
+
+
+async def _record_events(
+    conn: AsyncConnection,
+    job_ids: Sequence[int],
+    status: JobStatus,
+    now: datetime,
+    source: str,
+    minor_status: str | None = None,
+) -> None:
+    events = [
+        {"job_id": j, "status": status.value, "minor_status": minor_status, "at": now, "source": source}
+        for j in job_ids
+    ]
+    for part in tq_store.chunks(events):
+        await conn.execute(insert(job_events), list(part))
+
+
+def job_dict(row: Any) -> dict[str, Any]:
+    """A jobs row as the API shows it."""
+    requirements = row.requirements or {}
+    return {
+        "job_id": row.id,
+        "status": row.status,
+        "minor_status": row.minor_status,
+        "task_queue_id": row.task_queue_id if row.status == JobStatus.Waiting else None,
+        "owner": row.owner,
+        "owner_group": row.owner_group,
+        "vo": row.vo,
+        "cpu_time": row.cpu_time,
+        "cpu_bucket": requirements.get("cpu_time"),
+        **{field: list(requirements.get(field, [])) for field in MULTI_VALUE_FIELDS},
+        "user_priority": row.user_priority,
+        "priority_class": row.priority_class,
+        "job_class": row.job_class,
+        "payload": row.payload,
+        "site": row.site,
+        "pilot_reference": row.pilot_reference,
+        "submitted_at": as_utc(row.submitted_at),
+        "matched_at": as_utc(row.matched_at),
+        "lease_expires_at": as_utc(row.lease_expires_at),
+        "started_at": as_utc(row.started_at),
+        "heartbeat_at": as_utc(row.heartbeat_at),
+        "finished_at": as_utc(row.finished_at),
+        "cpu_seconds": row.cpu_seconds,
+        "wall_seconds": row.wall_seconds,
+    }
+
+
+async def get(conn: AsyncConnection, job_id: int) -> dict[str, Any]:
+    async with read_transaction(conn):
+        row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return job_dict(row)
+
+
+async def list_jobs(
+    conn: AsyncConnection,
+    *,
+    status: JobStatus | None,
+    owner: str | None,
+    owner_group: str | None,
+    after_id: int,
+    limit: int,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page in job-id order and the id to continue after (None at the end)."""
+    stmt = select(jobs).where(jobs.c.id > after_id).order_by(jobs.c.id).limit(limit + 1)
+    if status is not None:
+        stmt = stmt.where(jobs.c.status == status.value)
+    if owner is not None:
+        stmt = stmt.where(jobs.c.owner == owner)
+    if owner_group is not None:
+        stmt = stmt.where(jobs.c.owner_group == owner_group)
+    async with read_transaction(conn):
+        rows = (await conn.execute(stmt)).all()
+    page = [job_dict(r) for r in rows[:limit]]
+    next_after = rows[limit - 1].id if len(rows) > limit else None
+    return page, next_after
+
+
+async def _lock_for_transition(conn: AsyncConnection, job_id: int, new: JobStatus) -> JobStatus:
+    """Lock the job row, and refuse with 404/409 unless `current -> new` is allowed."""
+    current = (
+        await conn.execute(select(jobs.c.status).where(jobs.c.id == job_id).with_for_update())
+    ).scalar()
+    if current is None:
+        raise NotFound(f"job {job_id} does not exist")
+    current = JobStatus(current)
+    if not allowed(current, new):
+        raise Conflict(
+            f"job {job_id} is {current.value}; it cannot become {new.value}",
+            current_status=current.value,
+            requested_status=new.value,
+        )
+    return current
+
+
+async def report_status(
+    conn: AsyncConnection, job_id: int, report: StatusUpdate
+) -> dict[str, Any]:
+    new = JobStatus(report.status)
+    now = utcnow()
+    if new is JobStatus.Waiting:
+        return await reschedule(conn, job_id, now, source="api", minor_status=report.minor_status)
+    values: dict[str, Any] = {"status": new.value, "heartbeat_at": now}
+    for field in ("minor_status", "cpu_seconds", "wall_seconds"):
+        if getattr(report, field) is not None:
+            values[field] = getattr(report, field)
+    async with conn.begin():
+        current = await _lock_for_transition(conn, job_id, new)
+        if current is JobStatus.Matched:
+            values.update(started_at=now, lease_expires_at=None)
+        if new in FINAL:
+            values["finished_at"] = now
+        row = (
+            await conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values).returning(jobs))
+        ).one()
+        if new is not current:  # a heartbeat is not an event
+            await _record_events(conn, [job_id], new, now, "api", report.minor_status)
+    return job_dict(row)
+
+
+async def reschedule(
+    conn: AsyncConnection,
+    job_id: int,
+    now: datetime,
+    *,
+    source: str,
+    minor_status: str | None = None,
+) -> dict[str, Any]:
+    """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ."""
+    async with conn.begin():
+        await _lock_for_transition(conn, job_id, JobStatus.Waiting)
+        job = (
+            await conn.execute(
+                select(jobs.c.requirements, jobs.c.user_priority).where(jobs.c.id == job_id)
+            )
+        ).one()
+        reqs = Requirements.from_json(job.requirements)
+        tq_id = (await tq_store.find_or_create(conn, [reqs], now))[reqs.hash]
+        await conn.execute(
+            insert(tq_jobs).values(
+                job_id=job_id,
+                tq_id=tq_id,
+                user_priority=job.user_priority,
+                real_priority=real_priority(job.user_priority),
+            )
+        )
+        row = (
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(
+                    status=JobStatus.Waiting.value,
+                    minor_status=minor_status,
+                    task_queue_id=tq_id,
+                    site=None,
+                    pilot_reference=None,
+                    matched_at=None,
+                    lease_expires_at=None,
+                    started_at=None,
+                    heartbeat_at=None,
+                )
+                .returning(jobs)
+            )
+        ).one()
+        await _record_events(conn, [job_id], JobStatus.Waiting, now, source, minor_status)
+    return job_dict(row)
+
+
+async def kill(conn: AsyncConnection, job_id: int) -> dict[str, Any]:
+    now = utcnow()
+    async with conn.begin():
+        # tq_jobs first: the claim locks in the same order
+        removed_from = (
+            await conn.execute(
+                delete(tq_jobs).where(tq_jobs.c.job_id == job_id).returning(tq_jobs.c.tq_id)
+            )
+        ).scalar()
+        await _lock_for_transition(conn, job_id, JobStatus.Killed)
+        row = (
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(status=JobStatus.Killed.value, finished_at=now, lease_expires_at=None)
+                .returning(jobs)
+            )
+        ).one()
+        await _record_events(conn, [job_id], JobStatus.Killed, now, "kill")
+    if removed_from is not None:
+        await tq_store.delete_if_empty(conn, removed_from)
+    return job_dict(row)
+
+
+def lease_until(now: datetime, settings: Settings) -> datetime:
+    return now + timedelta(seconds=settings.jobs.matched_lease_seconds)

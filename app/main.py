@@ -1,0 +1,77 @@
+"""The application factory: `uvicorn app.main:create_app --factory`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import app as package
+from app.api import health, jobs, matching, problems
+from app.background import sweep_empty_task_queues
+from app.db import migrate
+from app.db.engine import create_engine
+from app.priority import groups
+from app.settings import Settings, get_settings
+
+API_PREFIX = "/api/v1"
+
+log = logging.getLogger("fairmatch")
+
+
+class SchemaOutOfDate(RuntimeError):
+    pass
+
+
+async def check_schema(engine: AsyncEngine, database_url: str) -> None:
+    head = migrate.head_revision(database_url)
+    async with engine.connect() as conn:
+        current = await migrate.current_revision(conn)
+    if current != head:
+        raise SchemaOutOfDate(
+            f"database schema is at revision {current or 'none'}, this fairmatch needs {head}: "
+            "run `fairmatch db upgrade`"
+        )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.database_url)
+        try:
+            await check_schema(engine, settings.database_url)
+            async with engine.connect() as conn:
+                await groups.create_missing(conn, settings.groups)
+        except BaseException:
+            await engine.dispose()
+            raise
+        app.state.engine = engine
+        app.state.settings = settings
+        app.state.rng = random.Random()
+        sweeper = asyncio.create_task(sweep_empty_task_queues(engine, settings))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await engine.dispose()
+
+    app = FastAPI(
+        title="fairmatch",
+        version=package.__version__,
+        summary="Fair-share job matcher: SQL task queues, DIRAC matching rules.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    app.include_router(jobs.router, prefix=API_PREFIX)
+    app.include_router(matching.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    return app

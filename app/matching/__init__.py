@@ -1,0 +1,1 @@
+"""Matching: resource descriptions, eligibility, the lottery and the claim."""

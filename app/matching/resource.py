@@ -1,0 +1,111 @@
+"""What a pilot says about the slot it holds, and the filter it turns into. Pure logic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from app.errors import BadRequest
+from app.fields import Name, NameList
+from app.jobs.models import MAX_CPU_TIME
+from app.taskqueues.requirements import ANY
+
+
+# Derived tags are spelled out in SQL; these caps bound them (4 TB, 1024 cores).
+MAX_RAM_MB = 4_096_000
+MAX_PROCESSORS = 1024
+
+
+def _alias(snake: str, dirac: str) -> AliasChoices:
+    return AliasChoices(snake, dirac)
+
+
+class ResourceDescription(BaseModel):
+    """DIRAC's CamelCase keys and their snake_case aliases are both accepted.
+
+    Unknown keys are ignored: DIRAC pilots send many that do not bear on matching.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    site: Name = Field(validation_alias=_alias("site", "Site"))
+    cpu_time: int = Field(ge=0, le=MAX_CPU_TIME, validation_alias=_alias("cpu_time", "CPUTime"))
+    grid_ce: NameList | None = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
+    platform: NameList | None = Field(None, validation_alias=_alias("platform", "Platform"))
+    job_type: NameList | None = Field(None, validation_alias=_alias("job_type", "JobType"))
+    tags: NameList | None = Field(None, validation_alias=_alias("tags", "Tag"))
+    required_tags: NameList | None = Field(None, validation_alias=_alias("required_tags", "RequiredTag"))
+    owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
+    owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
+    vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
+    max_ram_mb: int | None = Field(None, ge=0, le=MAX_RAM_MB, validation_alias=_alias("max_ram_mb", "MaxRAM"))
+    number_of_processors: int | None = Field(
+        None, ge=1, le=MAX_PROCESSORS, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
+    )
+    whole_node: bool | None = Field(None, validation_alias=_alias("whole_node", "WholeNode"))
+    pilot_reference: Name | None = Field(
+        None, validation_alias=_alias("pilot_reference", "PilotReference")
+    )
+    job_id: int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
+    request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
+
+    def to_query(self) -> ResourceQuery:
+        tags = set(self.tags or ()) | derived_tags(self.max_ram_mb, self.number_of_processors, self.whole_node)
+        any_tag = any(t.lower() == ANY for t in tags)
+        required = frozenset(self.required_tags or ())
+        if not any_tag and not required <= tags:
+            missing = ", ".join(sorted(required - tags))
+            raise BadRequest(f"required_tags must be a subset of tags; not offered: {missing}")
+        return ResourceQuery(
+            site=None if self.site.lower() == ANY else self.site,
+            cpu_time=self.cpu_time,
+            values={
+                "sites": _values(self.site),
+                "grid_ces": _values(self.grid_ce),
+                "platforms": _values(self.platform),
+                "job_types": _values(self.job_type),
+            },
+            tags=None if any_tag else frozenset(tags),
+            required_tags=required,
+            owner_groups=frozenset(self.owner_group) if self.owner_group else None,
+            owner=self.owner,
+            vo=self.vo,
+            job_id=self.job_id,
+        )
+
+
+def _values(given: str | list[str] | None) -> frozenset[str] | None:
+    """None means: no condition (the resource said `any`)."""
+    items = [given] if isinstance(given, str) else list(given or ())
+    if any(v.lower() == ANY for v in items):
+        return None
+    return frozenset(items)
+
+
+def derived_tags(max_ram_mb: int | None, processors: int | None, whole_node: bool | None) -> set[str]:
+    """DIRAC's tags for memory, cores and whole nodes: `1GB`..`NGB`, `2Processors`..`NProcessors`."""
+    tags: set[str] = set()
+    if max_ram_mb:
+        tags.update(f"{gb}GB" for gb in range(1, max_ram_mb // 1000 + 1))
+    if processors and processors > 1:
+        tags.add("MultiProcessor")
+        tags.update(f"{n}Processors" for n in range(2, processors + 1))
+    if whole_node:
+        tags.add("WholeNode")
+    return tags
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuery:
+    """The eligibility filter. For value sets, None means no condition."""
+
+    site: str | None
+    cpu_time: int
+    values: dict[str, frozenset[str] | None]
+    tags: frozenset[str] | None
+    required_tags: frozenset[str]
+    owner_groups: frozenset[str] | None
+    owner: str | None
+    vo: str | None
+    job_id: int | None

@@ -1,0 +1,118 @@
+"""Match a resource to one job, or explain what it could match."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.engine import read_transaction
+from app.db.tables import jobs, match_requests
+from app.clock import utcnow
+from app.jobs.store import job_dict, lease_until
+from app.matching.choice import Candidate, chances, choose
+from app.matching.claim import ClaimTarget, claim, level_weights
+from app.matching.eligibility import eligible_task_queues
+from app.matching.lottery import draw
+from app.matching.resource import ResourceDescription, ResourceQuery
+from app.settings import Settings
+from app.taskqueues import store as tq_store
+
+
+async def _eligible(conn: AsyncConnection, query: ResourceQuery) -> list[Candidate]:
+    async with read_transaction(conn):
+        rows = (await conn.execute(eligible_task_queues(query))).all()
+    return [Candidate(r.id, r.priority_class, r.cpu_time, r.priority) for r in rows]
+
+
+async def _previous_match(conn: AsyncConnection, request_id: str) -> dict[str, Any] | None:
+    stmt = (
+        select(jobs)
+        .join(match_requests, match_requests.c.job_id == jobs.c.id)
+        .where(match_requests.c.request_id == request_id)
+    )
+    async with read_transaction(conn):
+        row = (await conn.execute(stmt)).first()
+    return None if row is None else _answer(row, row.task_queue_id)
+
+
+def _answer(row: Any, tq_id: int) -> dict[str, Any]:
+    answer = job_dict(row)
+    answer["task_queue_id"] = tq_id
+    return answer
+
+
+async def match(
+    conn: AsyncConnection,
+    resource: ResourceDescription,
+    settings: Settings,
+    rng: random.Random,
+) -> dict[str, Any] | None:
+    """Claim the job this resource should run now; None when nothing is eligible."""
+    query = resource.to_query()
+    if resource.request_id is not None:
+        previous = await _previous_match(conn, resource.request_id)
+        if previous is not None:
+            return previous
+    options = settings.matching
+    dry: set[int] = set()  # TQs found empty during this request
+    for attempt in range(options.claim_attempts):
+        candidates = [c for c in await _eligible(conn, query) if c.tq_id not in dry]
+        chosen = choose(candidates, options, rng)
+        if chosen is None:
+            return None
+        if query.job_id is not None:
+            target = ClaimTarget(chosen.tq_id, job_id=query.job_id)
+        else:
+            async with read_transaction(conn):
+                levels = await level_weights(conn, chosen.tq_id)
+            if not levels:
+                dry.add(chosen.tq_id)
+                continue
+            index = draw([p for p, _ in levels], options.lottery, rng, counts=[n for _, n in levels])
+            # widen the window when a crowd of matchers holds the lowest ids
+            target = ClaimTarget(
+                chosen.tq_id, level=levels[index][0], candidates=options.jobs_per_try << attempt
+            )
+        now = utcnow()
+        try:
+            claimed = await claim(
+                conn,
+                target,
+                site=resource.site,
+                pilot_reference=resource.pilot_reference,
+                request_id=resource.request_id,
+                now=now,
+                lease_until=lease_until(now, settings),
+                rng=rng,
+            )
+        except IntegrityError:
+            # the same request_id was claimed concurrently: answer with that job
+            if resource.request_id is None:
+                raise
+            return await _previous_match(conn, resource.request_id)
+        if claimed is None:
+            continue
+        if claimed.tq_now_empty:
+            await tq_store.delete_if_empty(conn, chosen.tq_id)
+        return _answer(claimed.job, chosen.tq_id)
+    return None
+
+
+async def explain(
+    conn: AsyncConnection, resource: ResourceDescription, settings: Settings
+) -> list[dict[str, Any]]:
+    """The eligible TQs, each with the probability that a match draws it."""
+    query = resource.to_query()
+    candidates = await _eligible(conn, query)
+    if not candidates:
+        return []
+    odds = chances(candidates, settings.matching)
+    async with read_transaction(conn):
+        tqs = await tq_store.read_task_queues(conn, [c.tq_id for c in candidates])
+    for tq in tqs:
+        tq["probability"] = odds[tq["task_queue_id"]]
+    return sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"]))

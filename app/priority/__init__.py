@@ -1,0 +1,1 @@
+"""Priorities: groups and their shares."""

@@ -1,0 +1,161 @@
+"""Service settings: defaults < `config/fairmatch.toml` (or `$FAIRMATCH_CONFIG`) < environment.
+
+Every field is overridable by environment, `FAIRMATCH_DATABASE_URL` for the
+database and `FAIRMATCH_<SECTION>__<NAME>` for the rest, e.g.
+`FAIRMATCH_MATCHING__LOTTERY=dirac`.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_FILE = Path("config/fairmatch.toml")
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./fairmatch.db"
+
+# DIRAC's current CPU-time segments (seconds).
+DIRAC_CPU_BUCKETS = [
+    360, 1800, 3600, 21600, 43200, 86400, 172800, 259200,
+    345600, 518400, 691200, 864000, 1080000,
+]  # fmt: skip
+
+
+class Lottery(StrEnum):
+    exact = "exact"
+    dirac = "dirac"
+    highest = "highest"
+
+
+class ServerSettings(BaseModel):
+    host: str = Field("127.0.0.1", description="Interface `fairmatch serve` binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP API.")
+    workers: int = Field(1, ge=1, le=64, description="Server processes (one per core is right).")
+
+
+class TaskQueueSettings(BaseModel):
+    cpu_buckets: list[int] = Field(
+        default_factory=lambda: list(DIRAC_CPU_BUCKETS),
+        description="CPU-time segments in seconds; a job's cpu_time moves up to the first "
+        "segment >= it, capped at the last. Strictly increasing.",
+    )
+
+    sweep_interval_seconds: float = Field(
+        60, gt=0, description="How often task queues left empty are deleted."
+    )
+
+    @field_validator("cpu_buckets")
+    @classmethod
+    def _strictly_increasing(cls, buckets: list[int]) -> list[int]:
+        if not buckets:
+            raise ValueError("cpu_buckets must not be empty")
+        if buckets[0] <= 0:
+            raise ValueError("cpu_buckets must be positive")
+        if any(b <= a for a, b in zip(buckets, buckets[1:])):
+            raise ValueError(f"cpu_buckets must be strictly increasing, got {buckets}")
+        return buckets
+
+
+class MatchingSettings(BaseModel):
+    lottery: Lottery = Field(
+        Lottery.exact,
+        description="How a task queue is drawn among the finalists: `exact` "
+        "(P proportional to priority), `dirac` (DIRAC's RAND()/Priority, biased) or "
+        "`highest` (deterministic, random tie-break).",
+    )
+    prefer_longest_cpu: bool = Field(
+        True, description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket."
+    )
+    jobs_per_try: int = Field(
+        10, ge=1, le=1000, description="Inside a TQ, pick at random among this many lowest job ids."
+    )
+    claim_attempts: int = Field(
+        8, ge=1, le=100, description="How often a lost claim is retried before answering 204."
+    )
+
+
+class JobSettings(BaseModel):
+    matched_lease_seconds: int = Field(
+        7200, ge=1, description="How long a Matched job waits for its pilot to confirm (DIRAC MatchedTime)."
+    )
+    max_payload_bytes: int = Field(65536, ge=0, description="Largest JSON payload per job.")
+    max_batch: int = Field(10000, ge=1, description="Most jobs in one POST /jobs.")
+    default_vo: str = Field("default", min_length=1, description="VO of jobs submitted without one.")
+    default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")
+
+
+class GroupSettings(BaseModel):
+    job_share: float = Field(1000, ge=0, description="The group's share (DIRAC JobShare).")
+    properties: list[str] = Field(default_factory=list, description="e.g. ['JOB_SHARING'].")
+    allow_background_tqs: bool = False
+    priority: int = 0
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="FAIRMATCH_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy URL; `postgresql://…` and `sqlite:///…` are accepted and "
+        "given their async drivers.",
+    )
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    taskqueues: TaskQueueSettings = Field(default_factory=TaskQueueSettings)
+    matching: MatchingSettings = Field(default_factory=MatchingSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
+    groups: dict[str, GroupSettings] = Field(
+        default_factory=dict, description="Groups created at start-up when not yet in the database."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = config_file_path()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+class ConfigFileError(RuntimeError):
+    pass
+
+
+def config_file_path() -> Path | None:
+    """The TOML file to read: `$FAIRMATCH_CONFIG` (must exist) or `config/fairmatch.toml` if present."""
+    named = os.environ.get("FAIRMATCH_CONFIG")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigFileError(f"FAIRMATCH_CONFIG names {path}, which is not a file")
+        return path
+    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings(**overrides)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

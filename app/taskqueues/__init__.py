@@ -1,0 +1,1 @@
+"""Task queues: requirement normalisation, CPU buckets and their SQL."""
