@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -37,13 +37,18 @@ class Lottery(StrEnum):
     highest = "highest"
 
 
-class ServerSettings(BaseModel):
+class Section(BaseModel):
+    # a misspelt key in the TOML file is an error, not a silently ignored line
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(Section):
     host: str = Field("127.0.0.1", description="Interface `fairmatch serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP API.")
     workers: int = Field(1, ge=1, le=64, description="Server processes (one per core is right).")
 
 
-class TaskQueueSettings(BaseModel):
+class TaskQueueSettings(Section):
     cpu_buckets: list[int] = Field(
         default_factory=lambda: list(DIRAC_CPU_BUCKETS),
         description="CPU-time segments in seconds; a job's cpu_time moves up to the first "
@@ -66,7 +71,7 @@ class TaskQueueSettings(BaseModel):
         return buckets
 
 
-class MatchingSettings(BaseModel):
+class MatchingSettings(Section):
     lottery: Lottery = Field(
         Lottery.exact,
         description="How a task queue is drawn among the finalists: `exact` "
@@ -84,7 +89,7 @@ class MatchingSettings(BaseModel):
     )
 
 
-class JobSettings(BaseModel):
+class JobSettings(Section):
     matched_lease_seconds: int = Field(
         7200, ge=1, description="How long a Matched job waits for its pilot to confirm (DIRAC MatchedTime)."
     )
@@ -94,7 +99,7 @@ class JobSettings(BaseModel):
     default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")
 
 
-class GroupSettings(BaseModel):
+class GroupSettings(Section):
     job_share: float = Field(1000, ge=0, description="The group's share (DIRAC JobShare).")
     properties: list[str] = Field(default_factory=list, description="e.g. ['JOB_SHARING'].")
     allow_background_tqs: bool = False

@@ -1,0 +1,27 @@
+# The two set-up commands: `make run` (service on the embedded SQLite default)
+# and `make test` (the whole suite, on SQLite and PostgreSQL). Both create the
+# virtual environment and install the project with its dev extras first.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/fairmatch serve
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache fairmatch.db fairmatch.db-shm fairmatch.db-wal

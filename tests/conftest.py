@@ -1,0 +1,207 @@
+"""Test infrastructure: real databases (SQLite file and PostgreSQL) and real uvicorn servers.
+
+Backends come from FAIRMATCH_TEST_BACKENDS (default "sqlite,postgresql"); the
+PostgreSQL server from FAIRMATCH_TEST_PG_URL. Each session creates its own
+PostgreSQL database and drops it at the end. An unreachable PostgreSQL is an
+error, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from app.db import migrate
+from app.db.tables import metadata
+
+REPO = Path(__file__).resolve().parent.parent
+BACKENDS = [b.strip() for b in os.environ.get("FAIRMATCH_TEST_BACKENDS", "sqlite,postgresql").split(",") if b.strip()]
+PG_ADMIN_URL = os.environ.get("FAIRMATCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@dataclass
+class TestDatabase:
+    backend: str
+    url: str  # what the service is given
+    sync_url: str  # what the tests use to look inside
+
+    def engine(self) -> sa.Engine:
+        return sa.create_engine(self.sync_url, poolclass=sa.pool.NullPool)
+
+
+def _pg_url(dbname: str) -> str:
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    return f"{base}/{dbname}"
+
+
+def create_pg_database() -> str:
+    name = f"fairmatch_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({exc}). Start it, or run only "
+            "SQLite with FAIRMATCH_TEST_BACKENDS=sqlite.",
+            pytrace=False,
+        )
+    return name
+
+
+def drop_pg_database(name: str) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def new_database(backend: str, directory: Path) -> tuple[TestDatabase, callable]:
+    """An empty database of the backend and the function that removes it."""
+    if backend == "sqlite":
+        path = directory / f"fairmatch-{uuid.uuid4().hex[:8]}.db"
+        return TestDatabase("sqlite", f"sqlite:///{path}", f"sqlite:///{path}"), lambda: None
+    if backend == "postgresql":
+        name = create_pg_database()
+        url = _pg_url(name)
+        return (
+            TestDatabase("postgresql", url, url.replace("postgresql://", "postgresql+psycopg://")),
+            lambda: drop_pg_database(name),
+        )
+    raise pytest.UsageError(f"unknown backend {backend!r} in FAIRMATCH_TEST_BACKENDS")
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database(request, tmp_path_factory) -> Iterator[TestDatabase]:
+    """A migrated database per backend, shared by the session."""
+    db, remove = new_database(request.param, tmp_path_factory.mktemp(request.param))
+    try:
+        migrate.upgrade(db.url)
+        yield db
+    finally:
+        remove()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    env: dict = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api/v1"
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.api, timeout=30, **kwargs)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
+    """A real uvicorn on a free loopback port, ready when /readyz says so.
+
+    `settings` are FAIRMATCH_* environment overrides, e.g. MATCHING__LOTTERY="dirac".
+    """
+    port = free_port()
+    config = directory / f"empty-{port}.toml"
+    config.write_text("# settings come from the environment in tests\n")
+    env = {
+        **os.environ,
+        "FAIRMATCH_CONFIG": str(config),
+        "FAIRMATCH_DATABASE_URL": db.url,
+        **{f"FAIRMATCH_{k.upper()}": str(v) for k, v in settings.items()},
+    }
+    log_path = directory / f"server-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    server = Server(f"http://127.0.0.1:{port}", process, log_path, env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server exited with {process.returncode}:\n{server.log()}", pytrace=False)
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    pytest.fail(f"server not ready within 30 s:\n{server.log()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def server(database, tmp_path_factory) -> Iterator[Server]:
+    """The default-settings server of the session's database."""
+    srv = start_server(database, tmp_path_factory.mktemp("server"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def server_factory(database, tmp_path) -> Iterator[callable]:
+    """Start extra servers with other settings on the same database; stopped after the test."""
+    started: list[Server] = []
+
+    def start(**settings: str) -> Server:
+        srv = start_server(database, tmp_path, **settings)
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+def clear_tables(db: TestDatabase) -> None:
+    engine = db.engine()
+    with engine.begin() as conn:
+        if db.backend == "postgresql":
+            names = ", ".join(t.name for t in metadata.sorted_tables)
+            conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        else:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+    engine.dispose()
+
+
+@pytest.fixture
+def clean(database) -> TestDatabase:
+    """Per-test isolation: every table emptied before the test."""
+    clear_tables(database)
+    return database
+
+
+@pytest.fixture
+def client(server, clean) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c

@@ -1,0 +1,84 @@
+"""Requirement normalisation, CPU-time buckets, the TQ hash and real priorities."""
+
+import pytest
+
+from app.settings import DIRAC_CPU_BUCKETS
+from app.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
+
+BUCKETS_2009 = [500, 5000, 50000, 300000]
+
+
+@pytest.mark.parametrize(
+    ("cpu_time", "bucket"),
+    [(0, 360), (1, 360), (360, 360), (361, 1800), (5000, 21600), (86400, 86400),
+     (86401, 172800), (1080000, 1080000), (5_000_000, 1080000)],
+)  # fmt: skip
+def test_dirac_buckets_round_up_and_cap(cpu_time, bucket):
+    assert bucket_cpu_time(cpu_time, DIRAC_CPU_BUCKETS) == bucket
+
+
+@pytest.mark.parametrize(
+    ("cpu_time", "bucket"), [(0, 500), (500, 500), (501, 5000), (49999, 50000), (300001, 300000)]
+)
+def test_2009_buckets_work_too(cpu_time, bucket):
+    assert bucket_cpu_time(cpu_time, BUCKETS_2009) == bucket
+
+
+@pytest.mark.parametrize(("user", "real"), [(0, 1e-5), (1, 1.0), (5, 5.0), (9, 9.0), (10, 1e6)])
+def test_real_priority_mapping(user, real):
+    assert real_priority(user) == real
+
+
+def build(**kwargs):
+    base = dict(owner="alice", owner_group="g", vo="vo", cpu_time=100, priority_class=0, buckets=BUCKETS_2009)
+    return Requirements.build(**{**base, **kwargs})
+
+
+def test_sets_are_sorted_and_deduplicated():
+    r = build(sites=["B", "A", "A", " C "], tags=["t2", "t1", "t1"])
+    assert r.sites == ("A", "B", "C")
+    assert r.tags == ("t1", "t2")
+
+
+def test_identical_requirements_hash_alike_whatever_the_order():
+    assert build(sites=["B", "A"], platforms=["p"]).hash == build(sites=["A", "B", "A"], platforms=["p"]).hash
+
+
+def test_cpu_time_in_the_same_bucket_hashes_alike():
+    assert build(cpu_time=600).hash == build(cpu_time=4000).hash
+    assert build(cpu_time=400).hash != build(cpu_time=600).hash
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"owner": "bob"}, {"owner_group": "h"}, {"vo": "other"}, {"priority_class": 1},
+     {"sites": ["A"]}, {"banned_sites": ["A"]}, {"grid_ces": ["ce"]}, {"platforms": ["p"]},
+     {"job_types": ["User"]}, {"tags": ["t"]}],
+)  # fmt: skip
+def test_any_difference_gives_another_hash(change):
+    assert build(**change).hash != build().hash
+
+
+def test_a_value_in_one_field_is_not_the_same_value_in_another():
+    assert build(sites=["X"]).hash != build(banned_sites=["X"]).hash
+
+
+@pytest.mark.parametrize("field", ["sites", "grid_ces", "platforms", "job_types"])
+def test_any_means_no_restriction_where_dirac_allows_it(field):
+    assert build(**{field: ["ANY", "x"]}).values(field) == ()
+
+
+@pytest.mark.parametrize("field", ["banned_sites", "tags"])
+def test_any_is_literal_for_tags_and_bans(field):
+    assert build(**{field: ["any"]}).values(field) == ("any",)
+
+
+def test_json_round_trip():
+    r = build(sites=["A"], tags=["t"])
+    assert Requirements.from_json(r.to_json()) == r
+    assert Requirements.from_json(r.to_json()).hash == r.hash
+
+
+def test_unknown_field_is_refused():
+    with pytest.raises(TypeError):
+        build(colour=["red"])

@@ -1,0 +1,72 @@
+"""Settings: TOML file, environment overrides, validation."""
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import DIRAC_CPU_BUCKETS, ConfigFileError, Lottery, Settings
+
+
+@pytest.fixture
+def no_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no config/fairmatch.toml here
+    for var in ("FAIRMATCH_CONFIG", "FAIRMATCH_DATABASE_URL", "FAIRMATCH_MATCHING__LOTTERY"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def test_defaults(no_config):
+    s = Settings()
+    assert s.database_url == "sqlite+aiosqlite:///./fairmatch.db"
+    assert s.taskqueues.cpu_buckets == DIRAC_CPU_BUCKETS
+    assert s.matching.lottery is Lottery.exact
+    assert s.matching.prefer_longest_cpu is True
+    assert s.matching.jobs_per_try == 10
+    assert s.jobs.matched_lease_seconds == 7200
+
+
+def test_toml_file_then_environment(no_config, monkeypatch):
+    config = no_config / "f.toml"
+    config.write_text(
+        'database_url = "postgresql://db/x"\n[matching]\nlottery = "highest"\njobs_per_try = 3\n'
+        "[taskqueues]\ncpu_buckets = [500, 5000, 50000, 300000]\n"
+    )
+    monkeypatch.setenv("FAIRMATCH_CONFIG", str(config))
+    s = Settings()
+    assert (s.database_url, s.matching.lottery, s.matching.jobs_per_try) == ("postgresql://db/x", "highest", 3)
+    assert s.taskqueues.cpu_buckets == [500, 5000, 50000, 300000]
+    monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERY", "dirac")
+    monkeypatch.setenv("FAIRMATCH_DATABASE_URL", "sqlite:///other.db")
+    s = Settings()
+    assert s.matching.lottery is Lottery.dirac
+    assert s.matching.jobs_per_try == 3
+    assert s.database_url == "sqlite:///other.db"
+
+
+def test_default_config_file_is_read_when_present(no_config):
+    (no_config / "config").mkdir()
+    (no_config / "config" / "fairmatch.toml").write_text("[matching]\nprefer_longest_cpu = false\n")
+    assert Settings().matching.prefer_longest_cpu is False
+
+
+def test_named_config_file_must_exist(no_config, monkeypatch):
+    monkeypatch.setenv("FAIRMATCH_CONFIG", str(no_config / "missing.toml"))
+    with pytest.raises(ConfigFileError):
+        Settings()
+
+
+@pytest.mark.parametrize("buckets", [[], [100, 100], [300, 200], [0, 10], [-5, 10]])
+def test_non_increasing_buckets_are_a_configuration_error(no_config, monkeypatch, buckets):
+    monkeypatch.setenv("FAIRMATCH_TASKQUEUES__CPU_BUCKETS", str(buckets))
+    with pytest.raises(ValidationError, match="cpu_buckets"):
+        Settings()
+
+
+def test_unknown_lottery_and_unknown_keys_are_errors(no_config, monkeypatch):
+    monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERY", "random")
+    with pytest.raises(ValidationError):
+        Settings()
+    monkeypatch.delenv("FAIRMATCH_MATCHING__LOTTERY")
+    (no_config / "f.toml").write_text("[matching]\nlotery = 'exact'\n")
+    monkeypatch.setenv("FAIRMATCH_CONFIG", str(no_config / "f.toml"))
+    with pytest.raises(ValidationError):
+        Settings()
