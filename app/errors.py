@@ -8,6 +8,7 @@ from typing import Any
 class FairmatchError(Exception):
     status = 500
     title = "Internal error"
+    kind = "internal"  # the problem type is urn:fairmatch:problem:<kind>
 
     def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
@@ -18,16 +19,19 @@ class FairmatchError(Exception):
 class NotFound(FairmatchError):
     status = 404
     title = "Not found"
+    kind = "not-found"
 
 
 class Conflict(FairmatchError):
     status = 409
     title = "Conflict"
+    kind = "conflict"
 
 
 class BadRequest(FairmatchError):
     status = 400
     title = "Bad request"
+    kind = "bad-request"
 
 
 class InvalidInput(FairmatchError):
@@ -35,6 +39,7 @@ class InvalidInput(FairmatchError):
 
     status = 422
     title = "Invalid input"
+    kind = "invalid-input"
 
     def __init__(self, detail: str, errors: list[dict[str, Any]]) -> None:
         super().__init__(detail, errors=errors)

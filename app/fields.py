@@ -18,6 +18,10 @@ def _no_control_characters(value: str) -> str:
         raise ValueError("control characters are not allowed")
     if not value.strip():
         raise ValueError("must not be blank")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text") from None
     return value
 
 
@@ -25,6 +29,9 @@ def _one_or_many(value: Any) -> Any:
     """DIRAC sends a single string where it means a one-element list."""
     return [value] if isinstance(value, str) else value
 
+
+# For query parameters, which take a pattern rather than a validator.
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
 Name = Annotated[
     str,

@@ -94,7 +94,9 @@ class JobSettings(Section):
         7200, ge=1, description="How long a Matched job waits for its pilot to confirm (DIRAC MatchedTime)."
     )
     max_payload_bytes: int = Field(65536, ge=0, description="Largest JSON payload per job.")
-    max_batch: int = Field(10000, ge=1, description="Most jobs in one POST /jobs.")
+    max_batch: int = Field(
+        10000, ge=1, le=10000, description="Most jobs in one POST /jobs (10 000 at most)."
+    )
     default_vo: str = Field("default", min_length=1, description="VO of jobs submitted without one.")
     default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")
 

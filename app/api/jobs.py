@@ -11,13 +11,15 @@ from fastapi import APIRouter, Path, Query
 from app.api.deps import Connection, CurrentSettings
 from app.api.schemas import Job, JobPage, SubmitResponse
 from app.errors import BadRequest, InvalidInput
+from app.fields import MAX_NAME, NAME_PATTERN
 from app.jobs import store
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
+MAX_ID = 2**63 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 
 
 def encode_cursor(after_id: int) -> str:
@@ -29,7 +31,7 @@ def decode_cursor(cursor: str) -> int:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, value = text.partition(":")
         after_id = int(value)
-        if prefix != "after" or after_id < 0:
+        if prefix != "after" or not 0 <= after_id <= MAX_ID:
             raise ValueError(text)
         return after_id
     except (ValueError, UnicodeDecodeError, binascii.Error):
@@ -51,8 +53,8 @@ async def submit_jobs(body: SubmitRequest, conn: Connection, settings: CurrentSe
 async def list_jobs(
     conn: Connection,
     status: JobStatus | None = None,
-    owner: Annotated[str | None, Query(max_length=255)] = None,
-    owner_group: Annotated[str | None, Query(max_length=255)] = None,
+    owner: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
+    owner_group: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict:

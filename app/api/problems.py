@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_400_BAD_REQUEST, HTTP_422_UNPROCESSABLE_CONTENT
 
@@ -57,8 +57,7 @@ async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONR
 
 
 async def _on_domain_error(_: Request, exc: FairmatchError) -> JSONResponse:
-    kind = type(exc).__name__.lower()
-    return problem(exc.status, exc.title, exc.detail, kind=kind, **exc.extra)
+    return problem(exc.status, exc.title, exc.detail, kind=exc.kind, **exc.extra)
 
 
 async def _on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -74,6 +73,16 @@ async def _on_database_unavailable(_: Request, exc: DBAPIError) -> JSONResponse:
     )
 
 
+async def _on_refused_value(_: Request, exc: DataError) -> JSONResponse:
+    # a value validation let through but the database cannot store: the
+    # request's fault, and worth a validation rule; nothing was written
+    log.warning("database refused a value: %s", exc.orig)
+    return problem(
+        HTTP_422_UNPROCESSABLE_CONTENT, "Invalid input", "a value is out of the range the database can store",
+        kind="invalid-input",
+    )
+
+
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
     return problem(500, "Internal error", "the server failed; the error was logged", kind="internal")
@@ -84,4 +93,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(FairmatchError, _on_domain_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(OperationalError, _on_database_unavailable)
+    app.add_exception_handler(DataError, _on_refused_value)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -40,17 +40,20 @@ def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:
     errors = []
     for i, spec in enumerate(specs):
-        size = len(json.dumps(spec.payload, separators=(",", ":")).encode())
+        loc = ["body", "jobs", i, "payload"]
+        try:
+            # strict JSON: no NaN/Infinity, no lone surrogates, which databases refuse
+            encoded = json.dumps(spec.payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+            size = len(encoded.encode())
+        except (ValueError, UnicodeEncodeError):
+            errors.append({"loc": loc, "msg": "payload is not strict JSON", "type": "json_invalid"})
+            continue
         if size > limit:
             errors.append(
-                {
-                    "loc": ["body", "jobs", i, "payload"],
-                    "msg": f"payload is {size} bytes, the limit is {limit}",
-                    "type": "payload_too_large",
-                }
+                {"loc": loc, "msg": f"payload is {size} bytes, the limit is {limit}", "type": "too_long"}
             )
     if errors:
-        raise InvalidInput(f"{len(errors)} job payload(s) over {limit} bytes", errors)
+        raise InvalidInput(f"{len(errors)} job payload(s) invalid or over {limit} bytes", errors)
 
 
 async def submit(

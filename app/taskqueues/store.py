@@ -146,18 +146,15 @@ async def read_task_queues(
 
     Must run inside the caller's (read) transaction.
     """
-    counts = (
-        select(tq_jobs.c.tq_id, func.count().label("jobs"))
-        .group_by(tq_jobs.c.tq_id)
-        .subquery()
-    )
-    stmt = (
-        select(task_queues, func.coalesce(counts.c.jobs, 0).label("jobs"))
-        .outerjoin(counts, counts.c.tq_id == task_queues.c.id)
-        .order_by(task_queues.c.id)
-    )
+    counts = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id)
+    stmt = select(task_queues).order_by(task_queues.c.id)
     if ids is not None:
+        counts = counts.where(tq_jobs.c.tq_id.in_(ids))
         stmt = stmt.where(task_queues.c.id.in_(ids))
+    counts = counts.subquery()
+    stmt = stmt.add_columns(func.coalesce(counts.c.jobs, 0).label("jobs")).outerjoin(
+        counts, counts.c.tq_id == task_queues.c.id
+    )
     tqs = {row.id: _tq_dict(row) for row in await conn.execute(stmt)}
     if not tqs:
         return []

@@ -1,0 +1,496 @@
+"""The `fairmatch` command: run the service, migrate its database, talk to it over HTTP.
+
+Client commands print rich tables on a terminal and the server's JSON otherwise.
+Heavy modules (uvicorn, SQLAlchemy, Alembic, settings) are imported inside the
+commands that need them, so client commands start quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+import tomllib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+API_PREFIX = "/api/v1"  # app.main.API_PREFIX; not imported, as that pulls in FastAPI and SQLAlchemy
+BATCH_SIZE = 10_000  # the server's largest POST /jobs
+HTTP_TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # a full batch may take a while to queue
+SHOWN_VALUES = 3  # longer list cells are shortened to "a, b, c (+N)"
+REPEATABLE = "Repeat for several."
+TQ_COLUMNS = (
+    "id", "owner", "group", "vo", "cpu_time", "class", "priority", "jobs", "sites", "platforms", "tags",
+)  # fmt: skip
+NUMERIC_COLUMNS = {"id", "TQ", "cpu_time", "class", "priority", "jobs", "probability"}
+
+EXIT_FAILED = 1  # the service or the database said no, or could not be reached
+EXIT_USAGE = 2  # the user's input or settings are wrong (also click's usage-error code)
+
+cli = typer.Typer(
+    name="fairmatch",
+    help="Fair-share job matcher: run the service, migrate its database, submit and inspect jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help: brackets in texts are literal
+    pretty_exceptions_show_locals=False,  # locals may hold database passwords
+)
+db_cli = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
+cli.add_typer(db_cli, name="db")
+
+
+# --- shared helpers ---------------------------------------------------------
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def stdout_is_tty() -> bool:
+    """The one place that decides between tables and JSON (tests replace it)."""
+    return sys.stdout.isatty()
+
+
+def load_settings_or_exit() -> Settings:
+    from pydantic import ValidationError
+
+    from app.settings import ConfigFileError, get_settings
+
+    try:
+        return get_settings()
+    except ConfigFileError as exc:
+        fail(f"invalid settings: {exc}", EXIT_USAGE)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        fail(f"invalid settings: {problems}", EXIT_USAGE)
+
+
+# --- serve ------------------------------------------------------------------
+
+
+@cli.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind to.", show_default="server.host setting")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="TCP port.", show_default="server.port setting"),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Server processes.", show_default="server.workers setting"),
+    ] = None,
+) -> None:
+    """Run the HTTP service.
+
+    A SQLite database is migrated first; PostgreSQL must be migrated with `fairmatch db upgrade`.
+    """
+    import uvicorn
+
+    settings = load_settings_or_exit()
+    host = host or settings.server.host
+    port = port or settings.server.port
+    workers = workers or settings.server.workers
+    if database_is_sqlite(settings.database_url):
+        note(upgrade_database(settings.database_url, "head"))
+    else:
+        require_head(settings.database_url)
+    note(f"fairmatch listening on http://{format_host(host)}:{port} ({workers} worker{'s' * (workers > 1)})")
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)
+
+
+def format_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# --- db ---------------------------------------------------------------------
+
+
+@db_cli.command("upgrade")
+def db_upgrade(
+    revision: Annotated[str, typer.Option(help="Alembic revision to upgrade to.")] = "head",
+) -> None:
+    """Migrate the configured database (`database_url`) to a revision."""
+    typer.echo(upgrade_database(load_settings_or_exit().database_url, revision))
+
+
+@db_cli.command("current")
+def db_current() -> None:
+    """Show the configured database's schema revision and whether it is the latest."""
+    from app.db import migrate
+
+    url = load_settings_or_exit().database_url
+    current = on_database(url, lambda: read_revision(url))
+    head = migrate.head_revision(url)
+    if current == head:
+        typer.echo(f"{redacted(url)}: at {current} (head, up to date)")
+    else:
+        typer.echo(f"{redacted(url)}: at {current or 'none'}, head is {head}: run `fairmatch db upgrade`")
+
+
+def upgrade_database(url: str, revision: str) -> str:
+    """Migrate and say what was done."""
+    from alembic.util import CommandError
+
+    from app.db import migrate
+
+    before = on_database(url, lambda: read_revision(url))
+    try:
+        on_database(url, lambda: migrate.upgrade(url, revision))
+    except CommandError as exc:
+        fail(f"cannot upgrade to {revision!r}: {exc}", EXIT_USAGE)
+    after = on_database(url, lambda: read_revision(url))
+    if before == after:
+        return f"{redacted(url)}: already at {after or 'none'}"
+    return f"{redacted(url)}: upgraded from {before or 'none'} to {after}"
+
+
+def require_head(url: str) -> None:
+    """The app refuses an old schema too, but inside a server traceback: say it plainly first."""
+    from app.db import migrate
+
+    current, head = on_database(url, lambda: read_revision(url)), migrate.head_revision(url)
+    if current != head:
+        fail(f"{redacted(url)} is at schema revision {current or 'none'}, this fairmatch needs {head}: "
+             "run `fairmatch db upgrade`")  # fmt: skip
+
+
+def read_revision(url: str) -> str | None:
+    from app.db import migrate
+    from app.db.engine import create_engine
+
+    async def read() -> str | None:
+        engine = create_engine(url, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                return await migrate.current_revision(conn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def on_database(url: str, action: Callable[[], Any]) -> Any:
+    """Run `action`, turning an unusable URL or an unreachable database into a one-line error."""
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    try:
+        return action()
+    except (ArgumentError, ValueError) as exc:  # unparsable URL or unsupported scheme
+        fail(f"database_url {redacted(url)}: {exc}", EXIT_USAGE)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        fail(f"database {redacted(url)}: {reason}")
+
+
+def database_is_sqlite(url: str) -> bool:
+    from app.db.engine import is_sqlite, normalise_url
+
+    return on_database(url, lambda: is_sqlite(normalise_url(url)))
+
+
+def redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable URL>"
+
+
+# --- HTTP client ------------------------------------------------------------
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="FAIRMATCH_URL",
+        show_default="http://127.0.0.1:<server.port setting>",
+        help="Base URL of the service.",
+    ),
+]
+
+
+def service_url(url: str | None) -> str:
+    if url:
+        return url.rstrip("/")
+    return f"http://127.0.0.1:{load_settings_or_exit().server.port}"
+
+
+def call_api(url: str, method: str, path: str, body: Any = None) -> Any:
+    """One request; any failure ends the command with a one-line message."""
+    try:
+        response = httpx.request(method, f"{url}{API_PREFIX}{path}", json=body, timeout=HTTP_TIMEOUT)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        fail(f"--url {url!r} is not a usable URL: {exc}", EXIT_USAGE)
+    except httpx.ConnectError as exc:
+        fail(f"cannot connect to fairmatch at {url} ({exc}); is `fairmatch serve` running there?")
+    except httpx.TransportError as exc:
+        fail(f"no answer from fairmatch at {url}: {type(exc).__name__} {exc}".rstrip())
+    if response.is_error:
+        fail(problem_message(response))
+    try:
+        return response.json()
+    except ValueError:
+        fail(f"the answer from {url} is not JSON; is it a fairmatch service?")
+
+
+def problem_message(response: httpx.Response) -> str:
+    """`<title>: <detail>` from an RFC 9457 problem, or the status line if there is none."""
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = None
+    if isinstance(problem, dict) and problem.get("title"):
+        title, detail = problem["title"], problem.get("detail")
+    else:
+        title, detail = f"HTTP {response.status_code} {response.reason_phrase}", response.text[:200].strip()
+    return f"{title}: {detail}" if detail and detail != title else str(title)
+
+
+def print_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+# --- submit -----------------------------------------------------------------
+
+
+@cli.command()
+def submit(
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE",
+            show_default=False,
+            help="Jobs as .json (a list, or {\"jobs\": [...]}) or .toml ([[jobs]] tables); "
+            "- reads JSON from stdin.",
+        ),
+    ],
+    url: UrlOption = None,
+) -> None:
+    """Queue the jobs in FILE and show their ids and task queues.
+
+    Jobs go in batches of 10 000. Each batch is queued entirely or not at all, so when a
+    batch fails the batches before it stay queued.
+    """
+    jobs = load_jobs(file)
+    base = service_url(url)
+    batches = [jobs[i : i + BATCH_SIZE] for i in range(0, len(jobs), BATCH_SIZE)]
+    if len(batches) == 1:
+        answer = call_api(base, "POST", "/jobs", {"jobs": jobs})
+    else:
+        answer = {"jobs": submit_batches(base, batches, len(jobs))}
+    show(answer, jobs_table)
+
+
+def submit_batches(url: str, batches: list[list[dict]], total: int) -> list[dict]:
+    queued: list[dict] = []
+    for number, batch in enumerate(batches, start=1):
+        where = f"batch {number}/{len(batches)} (jobs {len(queued) + 1}-{len(queued) + len(batch)})"
+        try:
+            queued += call_api(url, "POST", "/jobs", {"jobs": batch})["jobs"]
+        except typer.Exit:
+            # the error's job indexes count from the batch's first job
+            note(f"{where} failed; the {len(queued)} jobs before it stay queued")
+            raise
+        note(f"{where} queued: {len(queued)}/{total} jobs")
+    return queued
+
+
+def load_jobs(file: str) -> list[dict]:
+    text, kind = read_jobs_file(file)
+    name = "stdin" if file == "-" else file
+    document = parse_document(text, kind, name)
+    return job_list(document, name)
+
+
+def read_jobs_file(file: str) -> tuple[str, str]:
+    if file == "-":
+        return sys.stdin.read(), "json"
+    path = Path(file)
+    kind = path.suffix.lower().lstrip(".")
+    if kind not in ("json", "toml"):
+        fail(f"{file}: the file name must end in .json or .toml (or use - for JSON on stdin)", EXIT_USAGE)
+    try:
+        return path.read_text(encoding="utf-8"), kind
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_USAGE)
+    except UnicodeDecodeError as exc:
+        fail(f"{file} is not UTF-8 text: {exc.reason} at byte {exc.start}", EXIT_USAGE)
+
+
+def parse_document(text: str, kind: str, name: str) -> Any:
+    try:
+        if kind == "toml":
+            # TOML dates and times have no JSON form: send them as ISO 8601 strings
+            return json.loads(json.dumps(tomllib.loads(text), default=iso_format))
+        return json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        fail(f"{name} is not valid TOML: {exc}", EXIT_USAGE)
+    except json.JSONDecodeError as exc:
+        fail(f"{name} is not valid JSON: {exc}", EXIT_USAGE)
+
+
+def iso_format(value: Any) -> str:
+    if isinstance(value, (dt.date, dt.time)):  # datetime is a date
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def job_list(document: Any, name: str) -> list[dict]:
+    if isinstance(document, dict):
+        if set(document) != {"jobs"}:
+            found = ", ".join(sorted(document)) or "nothing"
+            fail(f"{name}: expected only a 'jobs' list (or [[jobs]] tables), found: {found}", EXIT_USAGE)
+        document = document["jobs"]
+    if not isinstance(document, list):
+        fail(f"{name}: expected a list of jobs, found {type(document).__name__}", EXIT_USAGE)
+    if not document:
+        fail(f"{name} contains no jobs", EXIT_USAGE)
+    for number, job in enumerate(document, start=1):
+        if not isinstance(job, dict):
+            fail(f"{name}: job {number} is a {type(job).__name__}, not an object", EXIT_USAGE)
+    return document
+
+
+# --- taskqueues and match ---------------------------------------------------
+
+
+@cli.command()
+def taskqueues(url: UrlOption = None) -> None:
+    """List all task queues.
+
+    A task queue groups the waiting jobs with equal requirements.
+    """
+    answer = call_api(service_url(url), "GET", "/taskqueues")
+    show(answer, lambda doc: task_queue_table(doc, "Task queues"))
+
+
+@cli.command()
+def match(
+    site: Annotated[str, typer.Option(help="Site of the resource (`any`: every site).", show_default=False)],
+    cpu_time: Annotated[int, typer.Option(min=0, help="CPU seconds the slot offers.", show_default=False)],
+    grid_ce: Annotated[str | None, typer.Option(help="Computing element of the resource.")] = None,
+    platform: Annotated[list[str] | None, typer.Option(help=f"Platform offered. {REPEATABLE}")] = None,
+    job_type: Annotated[list[str] | None, typer.Option(help=f"Job type accepted. {REPEATABLE}")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help=f"Tag offered. {REPEATABLE}")] = None,
+    required_tag: Annotated[
+        list[str] | None, typer.Option(help=f"Tag a job must ask for (also offered). {REPEATABLE}")
+    ] = None,
+    owner_group: Annotated[
+        list[str] | None, typer.Option(help=f"Only jobs of this group. {REPEATABLE}")
+    ] = None,
+    owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
+    vo: Annotated[str | None, typer.Option(help="Only jobs of this VO.")] = None,
+    max_ram_mb: Annotated[
+        int | None, typer.Option(min=0, help="Memory of the slot in MB (adds the 1GB..NGB tags).")
+    ] = None,
+    processors: Annotated[
+        int | None, typer.Option(min=1, help="Cores of the slot (adds the NProcessors tags).")
+    ] = None,
+    whole_node: Annotated[
+        bool, typer.Option("--whole-node", help="The slot is a whole node (adds the WholeNode tag).")
+    ] = False,
+    url: UrlOption = None,
+) -> None:
+    """Dry run: eligible task queues and their chances.
+
+    Shows what a pilot with this resource could match. Claims nothing: jobs stay Waiting.
+    """
+    resource = {
+        "site": site,
+        "cpu_time": cpu_time,
+        "grid_ce": grid_ce,
+        "platform": platform,
+        "job_type": job_type,
+        "tags": tag,
+        "required_tags": required_tag,
+        "owner_group": owner_group,
+        "owner": owner,
+        "vo": vo,
+        "max_ram_mb": max_ram_mb,
+        "number_of_processors": processors,
+        "whole_node": whole_node or None,
+    }
+    given = {key: value for key, value in resource.items() if value not in (None, [])}
+    answer = call_api(service_url(url), "POST", "/taskqueues/matching", given)
+    show(answer, lambda doc: task_queue_table(doc, f"Task queues eligible at {site}", with_probability=True))
+
+
+# --- output -----------------------------------------------------------------
+
+
+def show(document: Any, table: Callable[[Any], Table]) -> None:
+    if stdout_is_tty():
+        Console().print(table(document))
+    else:
+        print_json(document)
+
+
+def jobs_table(document: dict) -> Table:
+    table = new_table("Jobs", "id", "TQ", "status", caption=f"{len(document['jobs'])} jobs")
+    for job in document["jobs"]:
+        table.add_row(str(job["job_id"]), str(job["task_queue_id"]), job["status"])
+    return table
+
+
+def task_queue_table(document: dict, title: str, *, with_probability: bool = False) -> Table:
+    table = new_table(title, *TQ_COLUMNS, *(["probability"] if with_probability else []))
+    for tq in document["task_queues"]:
+        row = [
+            str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], tq["vo"], str(tq["cpu_time"]),
+            str(tq["priority_class"]), f"{tq['priority']:.4g}", str(tq["jobs"]),
+            shortened(tq["sites"]), shortened(tq["platforms"]), shortened(tq["tags"]),
+        ]  # fmt: skip
+        if with_probability:
+            row.append(f"{tq['probability']:.1%}")
+        table.add_row(*row)
+    return table
+
+
+def new_table(title: str, *columns: str, caption: str | None = None) -> Table:
+    # no vertical rules and single spaces between columns: twelve columns must fit a terminal
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in columns:
+        # numbers stay whole and aligned; names fold rather than lose characters to an ellipsis
+        if name in NUMERIC_COLUMNS:
+            table.add_column(name, justify="right", no_wrap=True)
+        else:
+            table.add_column(name, overflow="fold")
+    return table
+
+
+def shortened(values: Iterable[str]) -> str:
+    values = list(values)
+    if not values:
+        return "-"
+    extra = len(values) - SHOWN_VALUES
+    return ", ".join(values[:SHOWN_VALUES]) + (f" (+{extra})" if extra > 0 else "")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

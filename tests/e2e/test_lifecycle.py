@@ -1,0 +1,555 @@
+"""The job lifecycle over real HTTP (DESIGN §2, §5).
+
+Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule);
+Running -> Stalled -> Waiting | Failed; any non-final state -> Killed;
+Running -> Running is the heartbeat. Everything else is a 409 that changes nothing.
+A job is in tq_jobs exactly while it is Waiting; job_events records each transition once.
+Also: listing with filters and cursor pagination, and bulk submission.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from datetime import datetime
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+PROBLEM_KEYS = {"type", "title", "status", "detail"}
+PILOT = {"Site": "S1", "CPUTime": 10**7, "PilotReference": "pilot-1"}
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def spec(**overrides) -> dict:
+    return {"owner": "alice", "owner_group": "physics", **overrides}
+
+
+def submit(client: httpx.Client, *specs: dict) -> list[int]:
+    r = client.post("/jobs", json={"jobs": list(specs or [spec()])})
+    assert r.status_code == 201, r.text
+    return [j["job_id"] for j in r.json()["jobs"]]
+
+
+def submit_one(client: httpx.Client, **overrides) -> int:
+    return submit(client, spec(**overrides))[0]
+
+
+def match(client: httpx.Client, job_id: int | None = None, **resource) -> dict:
+    body = {**PILOT, **resource}
+    if job_id is not None:
+        body["JobID"] = job_id
+    r = client.post("/match", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def report(client: httpx.Client, job_id: int, status: str, **extra) -> httpx.Response:
+    return client.post(f"/jobs/{job_id}/status", json={"status": status, **extra})
+
+
+def report_ok(client: httpx.Client, job_id: int, status: str, **extra) -> dict:
+    r = report(client, job_id, status, **extra)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == status
+    return r.json()
+
+
+def get_job(client: httpx.Client, job_id: int) -> dict:
+    r = client.get(f"/jobs/{job_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def kill(client: httpx.Client, job_id: int) -> httpx.Response:
+    return client.delete(f"/jobs/{job_id}")
+
+
+def task_queues(client: httpx.Client) -> dict[int, dict]:
+    r = client.get("/taskqueues")
+    assert r.status_code == 200, r.text
+    return {tq["task_queue_id"]: tq for tq in r.json()["task_queues"]}
+
+
+def ts(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def events(database, job_id: int) -> list[str]:
+    """The job's status history, oldest first, straight from job_events."""
+    engine = database.engine()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT status FROM job_events WHERE job_id = :j ORDER BY id"), {"j": job_id}
+        ).scalars().all()
+    engine.dispose()
+    return list(rows)
+
+
+def count_rows(database, table: str, where: str = "1=1", **params) -> int:
+    engine = database.engine()
+    with engine.connect() as conn:
+        n = conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE {where}"), params).scalar_one()
+    engine.dispose()
+    return n
+
+
+def in_tq_jobs(database, job_id: int) -> bool:
+    return count_rows(database, "tq_jobs", "job_id = :j", j=job_id) == 1
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert PROBLEM_KEYS <= body.keys(), body
+    assert body["status"] == status
+    return body
+
+
+def job_in(client: httpx.Client, state: str) -> int:
+    """A fresh job driven along legal transitions into `state`."""
+    job_id = submit_one(client)
+    if state == "Waiting":
+        return job_id
+    if state == "Killed":
+        assert kill(client, job_id).status_code == 200
+        return job_id
+    match(client, job_id)
+    if state == "Matched":
+        return job_id
+    report_ok(client, job_id, "Running")
+    if state in ("Done", "Failed", "Stalled"):
+        report_ok(client, job_id, state)
+    return job_id
+
+
+# --- the legal path --------------------------------------------------------------------
+
+
+def test_submitted_job_is_waiting_in_its_task_queue(client, database):
+    job_id = submit_one(client)
+    job = get_job(client, job_id)
+    assert job["status"] == "Waiting"
+    assert job["task_queue_id"] in task_queues(client)
+    assert task_queues(client)[job["task_queue_id"]]["jobs"] == 1
+    assert in_tq_jobs(database, job_id)
+    assert events(database, job_id) == ["Waiting"]
+
+
+def test_match_makes_job_matched_with_site_pilot_and_lease_and_takes_it_out_of_the_queue(client, database):
+    job_id = submit_one(client)
+    answer = match(client)
+    assert answer["job_id"] == job_id
+    job = get_job(client, job_id)
+    assert job["status"] == "Matched"
+    assert job["site"] == "S1" and job["pilot_reference"] == "pilot-1"
+    assert job["matched_at"] is not None and job["lease_expires_at"] is not None
+    assert ts(job["lease_expires_at"]) > ts(job["matched_at"])
+    assert not in_tq_jobs(database, job_id)
+    assert task_queues(client) == {}  # its last job went: the TQ is gone
+    assert events(database, job_id) == ["Waiting", "Matched"]
+
+
+def test_running_sets_started_at_and_ends_the_lease(client, database):
+    job_id = job_in(client, "Matched")
+    job = report_ok(client, job_id, "Running")
+    assert job["started_at"] is not None
+    assert job["heartbeat_at"] is not None
+    assert job["lease_expires_at"] is None
+    assert get_job(client, job_id) == job
+    assert events(database, job_id) == ["Waiting", "Matched", "Running"]
+
+
+def test_running_again_is_a_heartbeat_that_moves_heartbeat_at_without_an_event(client, database):
+    job_id = job_in(client, "Running")
+    first = get_job(client, job_id)
+    time.sleep(0.02)
+    r = report(client, job_id, "Running", cpu_seconds=12.5)
+    assert r.status_code == 200, r.text
+    beat = get_job(client, job_id)
+    assert beat["status"] == "Running"
+    assert ts(beat["heartbeat_at"]) > ts(first["heartbeat_at"])
+    assert beat["started_at"] == first["started_at"]
+    assert beat["cpu_seconds"] == 12.5
+    assert events(database, job_id) == ["Waiting", "Matched", "Running"]
+
+
+def test_done_records_cpu_and_wall_seconds_and_finished_at(client, database):
+    job_id = job_in(client, "Running")
+    job = report_ok(client, job_id, "Done", cpu_seconds=3600.5, wall_seconds=4000)
+    assert job["cpu_seconds"] == 3600.5
+    assert job["wall_seconds"] == 4000
+    assert job["finished_at"] is not None
+    assert ts(job["finished_at"]) >= ts(job["started_at"])
+    assert get_job(client, job_id) == job
+    assert events(database, job_id) == ["Waiting", "Matched", "Running", "Done"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [["Running", "Failed"], ["Running", "Stalled", "Failed"]],
+    ids=["Running->Failed", "Stalled->Failed"],
+)
+def test_failed_is_final_and_sets_finished_at(client, database, path):
+    job_id = job_in(client, "Matched")
+    for status in path:
+        job = report_ok(client, job_id, status, minor_status=f"now {status}")
+    assert job["finished_at"] is not None
+    assert job["minor_status"] == "now Failed"
+    assert not in_tq_jobs(database, job_id)
+    assert events(database, job_id) == ["Waiting", "Matched", *path]
+    assert_problem(report(client, job_id, "Running"), 409)
+
+
+def test_stalled_job_rescheduled_is_back_in_a_task_queue_and_can_be_matched_again(client, database):
+    job_id = job_in(client, "Stalled")
+    assert get_job(client, job_id)["finished_at"] is None
+    job = report_ok(client, job_id, "Waiting")
+    assert job["site"] is None and job["pilot_reference"] is None and job["started_at"] is None
+    tqs = task_queues(client)
+    assert list(tqs) == [job["task_queue_id"]]
+    assert tqs[job["task_queue_id"]]["jobs"] == 1
+    assert in_tq_jobs(database, job_id)
+    again = match(client, PilotReference="pilot-2", Site="S2")
+    assert again["job_id"] == job_id
+    assert get_job(client, job_id)["pilot_reference"] == "pilot-2"
+    assert events(database, job_id) == ["Waiting", "Matched", "Running", "Stalled", "Waiting", "Matched"]
+
+
+def test_reschedule_of_matched_job_recreates_its_deleted_task_queue_and_clears_site(client, database):
+    job_id = submit_one(client, sites=["S1", "S2"], tags=["GPU"])
+    match(client, Tag=["GPU"])
+    assert task_queues(client) == {}  # the TQ went with its last job
+    job = report_ok(client, job_id, "Waiting", minor_status="rescheduled")
+    assert job["site"] is None and job["pilot_reference"] is None
+    assert job["matched_at"] is None and job["lease_expires_at"] is None
+    assert job["minor_status"] == "rescheduled"
+    tqs = task_queues(client)
+    assert list(tqs) == [job["task_queue_id"]]
+    tq = tqs[job["task_queue_id"]]
+    assert tq["jobs"] == 1 and tq["sites"] == ["S1", "S2"] and tq["tags"] == ["GPU"]
+    assert count_rows(database, "task_queues") == 1
+    assert in_tq_jobs(database, job_id)
+    assert events(database, job_id) == ["Waiting", "Matched", "Waiting"]
+
+
+def test_reschedule_rejoins_the_task_queue_that_still_holds_its_siblings(client, database):
+    first, second = submit(client, spec(), spec())
+    tq_id = get_job(client, first)["task_queue_id"]
+    match(client, first)
+    assert task_queues(client)[tq_id]["jobs"] == 1
+    job = report_ok(client, first, "Waiting")
+    assert job["task_queue_id"] == tq_id
+    assert task_queues(client)[tq_id]["jobs"] == 2
+
+
+def test_each_transition_is_recorded_once_in_job_events(client, database):
+    job_id = submit_one(client)
+    match(client, job_id)
+    report_ok(client, job_id, "Running")
+    for _ in range(3):
+        report_ok(client, job_id, "Running")  # heartbeats
+    report_ok(client, job_id, "Stalled")
+    report_ok(client, job_id, "Waiting")
+    match(client, job_id)
+    report_ok(client, job_id, "Running")
+    report_ok(client, job_id, "Done", cpu_seconds=1)
+    assert_problem(report(client, job_id, "Done"), 409)
+    assert events(database, job_id) == [
+        "Waiting", "Matched", "Running", "Stalled", "Waiting", "Matched", "Running", "Done",
+    ]  # fmt: skip
+
+
+# --- every other transition is refused -------------------------------------------------
+
+STATES = ["Waiting", "Matched", "Running", "Stalled", "Done", "Failed", "Killed"]
+REPORTABLE = ["Running", "Done", "Failed", "Stalled", "Waiting"]
+LEGAL = {
+    ("Matched", "Running"),
+    ("Matched", "Waiting"),
+    ("Running", "Running"),
+    ("Running", "Done"),
+    ("Running", "Failed"),
+    ("Running", "Stalled"),
+    ("Stalled", "Waiting"),
+    ("Stalled", "Failed"),
+}
+ILLEGAL = [(a, b) for a in STATES for b in REPORTABLE if (a, b) not in LEGAL]
+
+
+@pytest.mark.parametrize(("current", "requested"), ILLEGAL, ids=[f"{a}->{b}" for a, b in ILLEGAL])
+def test_illegal_transition_is_409_problem_and_leaves_the_job_unchanged(client, database, current, requested):
+    job_id = job_in(client, current)
+    before, history, queues = get_job(client, job_id), events(database, job_id), task_queues(client)
+    assert before["status"] == current
+    assert_problem(report(client, job_id, requested, cpu_seconds=7, minor_status="x"), 409)
+    assert get_job(client, job_id) == before
+    assert events(database, job_id) == history
+    assert task_queues(client) == queues
+    assert in_tq_jobs(database, job_id) == (current == "Waiting")
+
+
+# --- kill -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["Waiting", "Matched", "Running", "Stalled"])
+def test_delete_kills_a_job_in_any_non_final_state(client, database, state):
+    job_id = job_in(client, state)
+    r = kill(client, job_id)
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["status"] == "Killed" and job["finished_at"] is not None
+    assert get_job(client, job_id) == job
+    assert not in_tq_jobs(database, job_id)
+    assert events(database, job_id)[-1] == "Killed"
+    assert events(database, job_id).count("Killed") == 1
+
+
+def test_killing_the_last_waiting_job_deletes_its_task_queue(client, database):
+    job_id = submit_one(client)
+    assert len(task_queues(client)) == 1
+    assert kill(client, job_id).status_code == 200
+    assert task_queues(client) == {}
+    assert count_rows(database, "task_queues") == 0
+    assert client.post("/match", json=PILOT).status_code == 204
+
+
+def test_killing_one_waiting_job_keeps_the_task_queue_for_the_others(client, database):
+    doomed, kept = submit(client, spec(), spec())
+    tq_id = get_job(client, kept)["task_queue_id"]
+    assert kill(client, doomed).status_code == 200
+    assert task_queues(client)[tq_id]["jobs"] == 1
+    assert match(client)["job_id"] == kept
+
+
+@pytest.mark.parametrize("state", ["Done", "Failed", "Killed"])
+def test_killing_a_finished_job_is_409_and_changes_nothing(client, database, state):
+    job_id = job_in(client, state)
+    before, history = get_job(client, job_id), events(database, job_id)
+    assert_problem(kill(client, job_id), 409)
+    assert get_job(client, job_id) == before
+    assert events(database, job_id) == history
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/jobs/{id}", None),
+        ("DELETE", "/jobs/{id}", None),
+        ("POST", "/jobs/{id}/status", {"status": "Running"}),
+        ("POST", "/jobs/{id}/status", {"status": "Waiting"}),
+        ("POST", "/jobs/{id}/status", {"status": "Done", "cpu_seconds": 1}),
+    ],
+    ids=["get", "delete", "status-running", "status-waiting", "status-done"],
+)
+def test_unknown_job_is_404_problem(client, method, path, body):
+    known = submit_one(client)
+    r = client.request(method, path.format(id=known + 1000), json=body)
+    assert_problem(r, 404)
+
+
+# --- listing --------------------------------------------------------------------------
+
+
+def list_all(client: httpx.Client, limit: int, **filters) -> list[list[int]]:
+    """Follow next_cursor to the end; the job ids of each page."""
+    pages, cursor = [], None
+    while True:
+        params = {"limit": limit, **filters, **({"cursor": cursor} if cursor else {})}
+        r = client.get("/jobs", params=params)
+        assert r.status_code == 200, r.text
+        pages.append([j["job_id"] for j in r.json()["jobs"]])
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return pages
+        assert len(pages) < 100, "pagination does not end"
+
+
+@pytest.mark.parametrize(("total", "sizes"), [(25, [10, 10, 5]), (20, [10, 10]), (3, [3])])
+def test_cursor_pagination_covers_every_job_once_in_id_order(client, total, sizes):
+    ids = submit(client, *[spec(payload={"n": i}) for i in range(total)])
+    pages = list_all(client, limit=10)
+    assert [len(p) for p in pages] == sizes
+    flat = [j for p in pages for j in p]
+    assert flat == sorted(ids)
+    assert len(set(flat)) == total
+
+
+def test_empty_listing_has_no_next_cursor(client):
+    r = client.get("/jobs")
+    assert r.status_code == 200
+    assert r.json() == {"jobs": [], "next_cursor": None}
+
+
+def test_listing_filters_by_status_owner_and_group(client):
+    specs = [
+        spec(owner=owner, owner_group=group)
+        for owner in ("alice", "bob")
+        for group in ("physics", "chemistry")
+        for _ in range(3)
+    ]
+    ids = submit(client, *specs)
+    by = dict(zip(ids, specs))
+    matched = match(client, ids[0])["job_id"]
+    killed = ids[-1]
+    assert kill(client, killed).status_code == 200
+
+    def expect(predicate) -> list[int]:
+        return [j for j in ids if predicate(j)]
+
+    def status_of(j):
+        return "Matched" if j == matched else "Killed" if j == killed else "Waiting"
+
+    cases = {
+        "owner=alice": ({"owner": "alice"}, expect(lambda j: by[j]["owner"] == "alice")),
+        "group=chemistry": (
+            {"owner_group": "chemistry"},
+            expect(lambda j: by[j]["owner_group"] == "chemistry"),
+        ),
+        "bob+physics": (
+            {"owner": "bob", "owner_group": "physics"},
+            expect(lambda j: by[j]["owner"] == "bob" and by[j]["owner_group"] == "physics"),
+        ),
+        "Waiting": ({"status": "Waiting"}, expect(lambda j: status_of(j) == "Waiting")),
+        "Matched": ({"status": "Matched"}, [matched]),
+        "Killed+bob": ({"status": "Killed", "owner": "bob"}, [killed]),
+        "Done": ({"status": "Done"}, []),
+        "nobody": ({"owner": "carol"}, []),
+    }
+    for name, (filters, expected) in cases.items():
+        for limit in (2, 1000):  # paged and in one go
+            got = [j for p in list_all(client, limit, **filters) for j in p]
+            assert got == expected, (name, limit)
+    r = client.get("/jobs", params={"status": "Waiting", "owner": "alice", "limit": 1000})
+    assert all(j["status"] == "Waiting" and j["owner"] == "alice" for j in r.json()["jobs"])
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "!!!!",
+        base64.urlsafe_b64encode(b"before:5").decode(),
+        base64.urlsafe_b64encode(b"after:-1").decode(),
+        base64.urlsafe_b64encode(b"after:x").decode(),
+        base64.urlsafe_b64encode(b"\xff\xfe\xfd").decode(),
+    ],
+)
+def test_garbage_cursor_is_400_problem(client, cursor):
+    submit_one(client)
+    assert_problem(client.get("/jobs", params={"cursor": cursor}), 400)
+
+
+# --- bulk submission ------------------------------------------------------------------
+
+
+def test_bulk_submission_of_10000_jobs_returns_distinct_ids_in_request_order(client, database):
+    specs = [spec(payload=i) for i in range(10_000)]
+    r = client.post("/jobs", json={"jobs": specs}, timeout=120)
+    assert r.status_code == 201, r.text[:500]
+    answer = r.json()["jobs"]
+    ids = [j["job_id"] for j in answer]
+    assert len(ids) == 10_000 and len(set(ids)) == 10_000
+    assert all(j["status"] == "Waiting" for j in answer)
+    assert len({j["task_queue_id"] for j in answer}) == 1
+    # in order: the i-th id names the job whose payload is i
+    engine = database.engine()
+    with engine.connect() as conn:
+        payload_of = dict(conn.execute(sa.text("SELECT id, payload FROM jobs")).all())
+    engine.dispose()
+    payload_of = {k: (v if isinstance(v, int) else int(v)) for k, v in payload_of.items()}
+    assert [payload_of[j] for j in ids] == list(range(10_000))
+    assert count_rows(database, "tq_jobs") == 10_000
+    assert count_rows(database, "job_events") == 10_000
+    assert list(task_queues(client).values())[0]["jobs"] == 10_000
+
+
+def test_identical_requirements_share_one_task_queue_and_different_ones_do_not(client):
+    r = client.post(
+        "/jobs",
+        json={"jobs": [spec(sites=["S1"]), spec(owner="bob"), spec(sites=["S1"]), spec(), spec(owner="bob")]},
+    )
+    assert r.status_code == 201, r.text
+    tq = [j["task_queue_id"] for j in r.json()["jobs"]]
+    assert tq[0] == tq[2] and tq[1] == tq[4]
+    assert len({tq[0], tq[1], tq[3]}) == 3
+    # a later submission finds the same queues
+    later = client.post("/jobs", json={"jobs": [spec(), spec(sites="S1")]}).json()["jobs"]
+    assert [j["task_queue_id"] for j in later] == [tq[3], tq[0]]
+    assert {t: q["jobs"] for t, q in task_queues(client).items()} == {tq[0]: 3, tq[1]: 2, tq[3]: 2}
+
+
+SAME_QUEUE = {
+    "sets are sorted and de-duplicated": ({"sites": ["B", "A", "A"]}, {"sites": ["A", "B"]}),
+    "tags as a set": ({"tags": ["GPU", "8GB", "GPU"]}, {"tags": ["8GB", "GPU"]}),
+    "one string is a one-element list": ({"platforms": "EL9"}, {"platforms": ["EL9"]}),
+    "cpu_time is bucketed": ({"cpu_time": 100}, {"cpu_time": 360}),
+    "default vo": ({}, {"vo": "default"}),
+    "site any is no restriction": ({"sites": ["ANY"]}, {}),
+}
+
+DIFFERENT_QUEUE = {
+    "owner": ({"owner": "alice"}, {"owner": "bob"}),
+    "owner_group": ({"owner_group": "physics"}, {"owner_group": "chemistry"}),
+    "vo": ({"vo": "lhcb"}, {"vo": "atlas"}),
+    "cpu bucket": ({"cpu_time": 360}, {"cpu_time": 361}),
+    "priority_class": ({"priority_class": 0}, {"priority_class": -1}),
+    "sites": ({"sites": ["A"]}, {"sites": ["A", "B"]}),
+    "banned_sites": ({"banned_sites": ["A"]}, {}),
+    "grid_ces": ({"grid_ces": ["ce1"]}, {"grid_ces": ["ce2"]}),
+    "job_types": ({"job_types": ["User"]}, {"job_types": ["MCSimulation"]}),
+    "tags": ({"tags": ["GPU"]}, {}),
+    "site vs banned site": ({"sites": ["A"]}, {"banned_sites": ["A"]}),
+}
+
+
+@pytest.mark.parametrize(("a", "b"), list(SAME_QUEUE.values()), ids=list(SAME_QUEUE))
+def test_equivalent_requirements_are_normalised_into_one_task_queue(client, a, b):
+    r = client.post("/jobs", json={"jobs": [spec(**a), spec(**b)]})
+    assert r.status_code == 201, r.text
+    first, second = (j["task_queue_id"] for j in r.json()["jobs"])
+    assert first == second
+    assert len(task_queues(client)) == 1
+
+
+@pytest.mark.parametrize(("a", "b"), list(DIFFERENT_QUEUE.values()), ids=list(DIFFERENT_QUEUE))
+def test_different_requirements_get_different_task_queues(client, a, b):
+    r = client.post("/jobs", json={"jobs": [spec(**a), spec(**b)]})
+    assert r.status_code == 201, r.text
+    first, second = (j["task_queue_id"] for j in r.json()["jobs"])
+    assert first != second
+    assert len(task_queues(client)) == 2
+
+
+def assert_nothing_stored(database) -> None:
+    for table in ("jobs", "tq_jobs", "task_queues", "job_events", "tq_sites"):
+        assert count_rows(database, table) == 0, table
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"user_priority": 11},
+        {"owner": ""},
+        {"sites": ["ok", ""]},
+        {"payload": "x" * 70_000},  # checked after parsing, against the configured limit
+    ],
+    ids=["user_priority", "owner", "site", "payload-size"],
+)
+def test_batch_with_one_invalid_job_is_422_and_stores_nothing(client, database, bad):
+    r = client.post("/jobs", json={"jobs": [spec(sites=["S1"]), spec(owner="bob"), spec(**bad)]})
+    body = assert_problem(r, 422)
+    assert any(e["loc"][:3] == ["body", "jobs", 2] for e in body["errors"]), body["errors"]
+    assert_nothing_stored(database)
+    assert client.get("/jobs").json()["jobs"] == []
+
+
+def test_more_than_10000_jobs_in_one_request_is_422_and_stores_nothing(client, database):
+    r = client.post("/jobs", json={"jobs": [spec()] * 10_001}, timeout=120)
+    body = assert_problem(r, 422)
+    assert any(e["loc"][:2] == ["body", "jobs"] for e in body["errors"])
+    assert_nothing_stored(database)
