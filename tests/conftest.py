@@ -41,7 +41,7 @@ class TestDatabase:
         return sa.create_engine(self.sync_url, poolclass=sa.pool.NullPool)
 
 
-def _pg_url(dbname: str) -> str:
+def pg_url(dbname: str) -> str:
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
     return f"{base}/{dbname}"
 
@@ -72,7 +72,7 @@ def new_database(backend: str, directory: Path) -> tuple[TestDatabase, callable]
         return TestDatabase("sqlite", f"sqlite:///{path}", f"sqlite:///{path}"), lambda: None
     if backend == "postgresql":
         name = create_pg_database()
-        url = _pg_url(name)
+        url = pg_url(name)
         return (
             TestDatabase("postgresql", url, url.replace("postgresql://", "postgresql+psycopg://")),
             lambda: drop_pg_database(name),
@@ -146,18 +146,23 @@ def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
         cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     server = Server(f"http://127.0.0.1:{port}", process, log_path, env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"server exited with {process.returncode}:\n{server.log()}", pytrace=False)
+    if wait_until_ready(server.url, process, seconds=30):
+        return server
+    server.stop()
+    pytest.fail(f"server not ready within 30 s (exit {process.returncode}):\n{server.log()}", pytrace=False)
+
+
+def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 15) -> bool:
+    """Poll /readyz until it answers 200; False if the process dies or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
-                return server
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return True
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    server.stop()
-    pytest.fail(f"server not ready within 30 s:\n{server.log()}", pytrace=False)
+    return False
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from app.fields import Name, NameList
 from app.jobs.models import MAX_CPU_TIME
 from app.taskqueues.requirements import ANY
 
-
 # Derived tags are spelled out in SQL; these caps bound them (4 TB, 1024 cores).
 MAX_RAM_MB = 4_096_000
 MAX_PROCESSORS = 1024

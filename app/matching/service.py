@@ -9,9 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.clock import utcnow
 from app.db.engine import read_transaction
 from app.db.tables import jobs, match_requests
-from app.clock import utcnow
 from app.jobs.store import job_dict, lease_until
 from app.matching.choice import Candidate, chances, choose
 from app.matching.claim import ClaimTarget, claim, level_weights

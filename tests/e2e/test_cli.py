@@ -12,18 +12,23 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from app import cli
 from app.db import migrate
-from tests.conftest import BACKENDS, Server, create_pg_database, drop_pg_database, free_port
-from tests.conftest import _pg_url as pg_url
+from tests.conftest import (
+    BACKENDS,
+    Server,
+    create_pg_database,
+    drop_pg_database,
+    free_port,
+    pg_url,
+    wait_until_ready,
+)
 
 FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of the running venv
 
@@ -299,18 +304,6 @@ def test_serve_migrates_a_fresh_sqlite_file_and_answers(cli_env, tmp_path):
     output = log.read_text()
     assert "upgraded from none to" in output
     assert f"fairmatch listening on http://127.0.0.1:{port}" in output
-
-
-def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 15) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return True
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL is not among the test backends")
