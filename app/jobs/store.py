@@ -25,12 +25,16 @@ from app.taskqueues import store as tq_store
 from app.taskqueues.requirements import Requirements, real_priority
 
 
+def requested_cpu_time(spec: JobSpec, settings: Settings) -> int:
+    return spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time
+
+
 def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
     return Requirements.build(
         owner=spec.owner,
         owner_group=spec.owner_group,
         vo=spec.vo or settings.jobs.default_vo,
-        cpu_time=spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time,
+        cpu_time=requested_cpu_time(spec, settings),
         priority_class=spec.priority_class,
         buckets=settings.taskqueues.cpu_buckets,
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
@@ -71,7 +75,7 @@ async def submit(
                 "owner": r.owner,
                 "owner_group": r.owner_group,
                 "vo": r.vo,
-                "cpu_time": spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time,
+                "cpu_time": requested_cpu_time(spec, settings),
                 "requirements": r.to_json(),
                 "user_priority": spec.user_priority,
                 "priority_class": spec.priority_class,
