@@ -11,9 +11,9 @@ import os
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -46,6 +46,49 @@ class ServerSettings(Section):
     host: str = Field("127.0.0.1", description="Interface `fairmatch serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP API.")
     workers: int = Field(1, ge=1, le=64, description="Server processes (one per core is right).")
+    max_body_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="Largest request body; larger ones get 413."
+    )
+    max_json_depth: int = Field(
+        32, ge=2, le=200, description="Deepest nesting of arrays/objects in a request body."
+    )
+    graceful_shutdown_seconds: float = Field(
+        30, gt=0, description="On SIGTERM, how long in-flight requests may take to finish."
+    )
+
+
+class AuthMode(StrEnum):
+    none = "none"
+    token = "token"
+
+
+class AuthSettings(Section):
+    mode: AuthMode = Field(
+        AuthMode.none,
+        description="`none`: every caller is admin, loopback only. `token`: JWT bearer tokens.",
+    )
+    algorithm: Literal["HS256", "RS256"] = Field("HS256", description="How tokens are signed.")
+    secret: SecretStr | None = Field(None, description="HS256 shared secret (at least 32 bytes).")
+    public_key_file: Path | None = Field(None, description="RS256: PEM public key that verifies tokens.")
+    private_key_file: Path | None = Field(
+        None, description="RS256: PEM private key `fairmatch token create` signs with."
+    )
+    audience: str | None = Field(None, description="Required `aud` claim, when set.")
+    issuer: str | None = Field(None, description="Required `iss` claim, when set (and put in new tokens).")
+    allow_remote_without_auth: bool = Field(
+        False,
+        description="Let mode `none` serve on a non-loopback interface. Anyone who reaches it is admin.",
+    )
+
+    @model_validator(mode="after")
+    def _keys_for_token_mode(self) -> AuthSettings:
+        if self.mode is AuthMode.token:
+            if self.algorithm == "HS256":
+                if self.secret is None or len(self.secret.get_secret_value().encode()) < 32:
+                    raise ValueError("auth mode token with HS256 needs auth.secret of at least 32 bytes")
+            elif self.public_key_file is None:
+                raise ValueError("auth mode token with RS256 needs auth.public_key_file")
+        return self
 
 
 class TaskQueueSettings(Section):
@@ -121,6 +164,7 @@ class Settings(BaseSettings):
         "given their async drivers.",
     )
     server: ServerSettings = Field(default_factory=ServerSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
     taskqueues: TaskQueueSettings = Field(default_factory=TaskQueueSettings)
     matching: MatchingSettings = Field(default_factory=MatchingSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)

@@ -99,12 +99,16 @@ jobs = Table(
     Column("heartbeat_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     Column("pilot_reference", String(NAME)),
+    # the authenticated pilot that claimed it: only that pilot may report its status
+    Column("matched_by", String(NAME)),
     Column("site", String(NAME)),
     Column("cpu_seconds", Float),
     Column("wall_seconds", Float),
     Index("ix_jobs_status_id", "status", "id"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_owner_group_id", "owner_group", "id"),
+    # the lease sweep looks for Matched jobs whose lease ran out
+    Index("ix_jobs_status_lease", "status", "lease_expires_at"),
 )
 
 # The waiting jobs. The index serves both the user-priority level draw
