@@ -10,10 +10,25 @@ class FairmatchError(Exception):
     title = "Internal error"
     kind = "internal"  # the problem type is urn:fairmatch:problem:<kind>
 
+    headers: dict[str, str] | None = None
+
     def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
         self.detail = detail
         self.extra = extra
+
+
+class Unauthorized(FairmatchError):
+    status = 401
+    title = "Unauthorized"
+    kind = "unauthorized"
+    headers = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+
+
+class Forbidden(FairmatchError):
+    status = 403
+    title = "Forbidden"
+    kind = "forbidden"
 
 
 class NotFound(FairmatchError):

@@ -17,7 +17,8 @@ from app.background import sweep_empty_task_queues
 from app.db import migrate
 from app.db.engine import create_engine
 from app.priority import groups
-from app.settings import Settings, get_settings
+from app.auth.tokens import TokenVerifier
+from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
 
@@ -41,6 +42,8 @@ async def check_schema(engine: AsyncEngine, database_url: str) -> None:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # read the verification key now: a missing key file stops start-up with its name
+    verifier = TokenVerifier(settings.auth) if settings.auth.mode is AuthMode.token else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.settings = settings
         app.state.rng = random.Random()
+        app.state.verifier = verifier
         sweeper = asyncio.create_task(sweep_empty_task_queues(engine, settings))
         try:
             yield

@@ -1,7 +1,8 @@
-"""Request-scoped dependencies: one database connection per request."""
+"""Request-scoped dependencies: one database connection per request, the caller."""
 
 from __future__ import annotations
 
+import ipaddress
 import random
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -9,7 +10,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.settings import Settings
+from app.auth.tokens import ANONYMOUS_ADMIN, Principal
+from app.errors import Forbidden, Unauthorized
+from app.settings import AuthMode, Settings
 
 
 async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
@@ -25,6 +28,27 @@ def _rng(request: Request) -> random.Random:
     return request.app.state.rng
 
 
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _caller(request: Request) -> Principal:
+    settings: Settings = request.app.state.settings
+    if settings.auth.mode is AuthMode.none:
+        client = request.client.host if request.client else None
+        if not settings.auth.allow_remote_without_auth and not _is_loopback(client):
+            raise Forbidden("authentication is off: only loopback callers are served")
+        return ANONYMOUS_ADMIN
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+    return request.app.state.verifier.verify(token.strip())
+
+
 Connection = Annotated[AsyncConnection, Depends(_connection)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
 Rng = Annotated[random.Random, Depends(_rng)]
+Caller = Annotated[Principal, Depends(_caller)]

@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.api.deps import Connection, CurrentSettings
+from app.api.deps import Caller, Connection, CurrentSettings
+from app.auth import policy
 from app.api.schemas import Job, JobPage, SubmitResponse
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
@@ -39,19 +40,23 @@ def decode_cursor(cursor: str) -> int:
 
 
 @router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
-async def submit_jobs(body: SubmitRequest, conn: Connection, settings: CurrentSettings) -> dict:
+async def submit_jobs(
+    body: SubmitRequest, conn: Connection, settings: CurrentSettings, caller: Caller
+) -> dict:
     """All jobs are queued, or none is."""
+    specs = policy.check_submission(caller, body.jobs)
     if len(body.jobs) > settings.jobs.max_batch:
         raise InvalidInput(
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
             [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
         )
-    return {"jobs": await store.submit(conn, body.jobs, settings)}
+    return {"jobs": await store.submit(conn, specs, settings)}
 
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")
 async def list_jobs(
     conn: Connection,
+    caller: Caller,
     status: JobStatus | None = None,
     owner: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
     owner_group: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
@@ -60,21 +65,29 @@ async def list_jobs(
 ) -> dict:
     after_id = decode_cursor(cursor) if cursor else 0
     page, next_after = await store.list_jobs(
-        conn, status=status, owner=owner, owner_group=owner_group, after_id=after_id, limit=limit
+        conn,
+        status=status,
+        owner=owner,
+        owner_group=owner_group,
+        after_id=after_id,
+        limit=limit,
+        scope=policy.job_scope(caller),
     )
     return {"jobs": page, "next_cursor": encode_cursor(next_after) if next_after else None}
 
 
 @router.get("/{job_id}", response_model=Job, summary="One job")
-async def get_job(job_id: JobId, conn: Connection) -> dict:
-    return await store.get(conn, job_id)
+async def get_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
+    return await store.get(conn, job_id, policy.job_scope(caller))
 
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")
-async def kill_job(job_id: JobId, conn: Connection) -> dict:
-    return await store.kill(conn, job_id)
+async def kill_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
+    policy.check_kill(caller)
+    return await store.kill(conn, job_id, policy.job_scope(caller))
 
 
 @router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
-async def report_status(job_id: JobId, body: StatusUpdate, conn: Connection) -> dict:
-    return await store.report_status(conn, job_id, body)
+async def report_status(job_id: JobId, body: StatusUpdate, conn: Connection, caller: Caller) -> dict:
+    policy.check_status_report(caller)
+    return await store.report_status(conn, job_id, body, policy.job_scope(caller))

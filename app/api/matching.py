@@ -6,7 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import Connection, CurrentSettings, Rng
+from app.api.deps import Caller, Connection, CurrentSettings, Rng
+from app.auth import policy
+from app.auth.tokens import Principal, Role
 from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.db.engine import read_transaction
 from app.errors import NotFound
@@ -24,9 +26,11 @@ router = APIRouter(tags=["matching"])
     summary="Claim the job this resource should run now",
 )
 async def match(
-    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, rng: Rng
+    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, rng: Rng, caller: Caller
 ) -> dict | Response:
-    job = await service.match(conn, resource, settings, rng)
+    policy.require(caller, Role.admin, Role.pilot)
+    resource = policy.pin_resource(caller, resource)
+    job = await service.match(conn, resource, settings, rng, requester=caller.sub)
     if job is None:
         return Response(status_code=204)
     return job
@@ -38,23 +42,36 @@ async def match(
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: ResourceDescription, conn: Connection, settings: CurrentSettings
+    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, caller: Caller
 ) -> dict:
+    policy.require(caller, Role.admin, Role.operator, Role.pilot)
+    resource = policy.pin_resource(caller, resource)
     return {"task_queues": await service.explain(conn, resource, settings)}
 
 
+def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
+    """Users see the queues of their own jobs; pilots ask /taskqueues/matching instead."""
+    if caller.privileged:
+        return tqs
+    scope = policy.job_scope(caller)
+    return [tq for tq in tqs if tq["owner"] == scope.owner and tq["owner_group"] in scope.owner_groups]
+
+
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
-async def list_task_queues(conn: Connection) -> dict:
+async def list_task_queues(conn: Connection, caller: Caller) -> dict:
+    policy.require(caller, Role.admin, Role.operator, Role.user)
     async with read_transaction(conn):
-        return {"task_queues": await tq_store.read_task_queues(conn)}
+        tqs = await tq_store.read_task_queues(conn)
+    return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
 async def get_task_queue(
-    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Connection
+    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Connection, caller: Caller
 ) -> dict:
+    policy.require(caller, Role.admin, Role.operator, Role.user)
     async with read_transaction(conn):
-        found = await tq_store.read_task_queues(conn, [tq_id])
+        found = _visible_task_queues(caller, await tq_store.read_task_queues(conn, [tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")
     return found[0]

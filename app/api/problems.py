@@ -57,7 +57,7 @@ async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONR
 
 
 async def _on_domain_error(_: Request, exc: FairmatchError) -> JSONResponse:
-    return problem(exc.status, exc.title, exc.detail, kind=exc.kind, **exc.extra)
+    return problem(exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers, **exc.extra)
 
 
 async def _on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

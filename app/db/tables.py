@@ -144,10 +144,12 @@ job_events = Table(
 )
 
 # Idempotent matching: a pilot that retries with the same request_id gets the
-# job its first attempt claimed.
+# job its first attempt claimed. Keys are per requester (the token's subject),
+# so one caller's request ids never reach another's jobs.
 match_requests = Table(
     "match_requests",
     metadata,
+    Column("requester", String(NAME), primary_key=True),
     Column("request_id", String(NAME), primary_key=True),
     Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
 from app.db.engine import read_transaction
 from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, tq_jobs
@@ -157,11 +158,18 @@ def job_dict(row: Any) -> dict[str, Any]:
     }
 
 
-async def get(conn: AsyncConnection, job_id: int) -> dict[str, Any]:
+UNRESTRICTED = JobScope()
+
+
+def _missing(job_id: int) -> NotFound:
+    return NotFound(f"job {job_id} does not exist")
+
+
+async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
     async with read_transaction(conn):
         row = (await conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
-    if row is None:
-        raise NotFound(f"job {job_id} does not exist")
+    if row is None or not scope.sees(row):
+        raise _missing(job_id)
     return job_dict(row)
 
 
@@ -173,9 +181,16 @@ async def list_jobs(
     owner_group: str | None,
     after_id: int,
     limit: int,
+    scope: JobScope = UNRESTRICTED,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page in job-id order and the id to continue after (None at the end)."""
     stmt = select(jobs).where(jobs.c.id > after_id).order_by(jobs.c.id).limit(limit + 1)
+    if scope.owner is not None:
+        stmt = stmt.where(jobs.c.owner == scope.owner)
+    if scope.owner_groups is not None:
+        stmt = stmt.where(jobs.c.owner_group.in_(sorted(scope.owner_groups)))
+    if scope.matched_by is not None:
+        stmt = stmt.where(jobs.c.matched_by == scope.matched_by)
     if status is not None:
         stmt = stmt.where(jobs.c.status == status.value)
     if owner is not None:
@@ -189,14 +204,20 @@ async def list_jobs(
     return page, next_after
 
 
-async def _lock_for_transition(conn: AsyncConnection, job_id: int, new: JobStatus) -> JobStatus:
+async def _lock_for_transition(
+    conn: AsyncConnection, job_id: int, new: JobStatus, scope: JobScope
+) -> JobStatus:
     """Lock the job row, and refuse with 404/409 unless `current -> new` is allowed."""
-    current = (
-        await conn.execute(select(jobs.c.status).where(jobs.c.id == job_id).with_for_update())
-    ).scalar()
-    if current is None:
-        raise NotFound(f"job {job_id} does not exist")
-    current = JobStatus(current)
+    row = (
+        await conn.execute(
+            select(jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by)
+            .where(jobs.c.id == job_id)
+            .with_for_update()
+        )
+    ).first()
+    if row is None or not scope.sees(row):
+        raise _missing(job_id)
+    current = JobStatus(row.status)
     if not allowed(current, new):
         raise Conflict(
             f"job {job_id} is {current.value}; it cannot become {new.value}",
@@ -207,18 +228,20 @@ async def _lock_for_transition(conn: AsyncConnection, job_id: int, new: JobStatu
 
 
 async def report_status(
-    conn: AsyncConnection, job_id: int, report: StatusUpdate
+    conn: AsyncConnection, job_id: int, report: StatusUpdate, scope: JobScope = UNRESTRICTED
 ) -> dict[str, Any]:
     new = JobStatus(report.status)
     now = utcnow()
     if new is JobStatus.Waiting:
-        return await reschedule(conn, job_id, now, source="api", minor_status=report.minor_status)
+        return await reschedule(
+            conn, job_id, now, source="api", minor_status=report.minor_status, scope=scope
+        )
     values: dict[str, Any] = {"status": new.value, "heartbeat_at": now}
     for field in ("minor_status", "cpu_seconds", "wall_seconds"):
         if getattr(report, field) is not None:
             values[field] = getattr(report, field)
     async with conn.begin():
-        current = await _lock_for_transition(conn, job_id, new)
+        current = await _lock_for_transition(conn, job_id, new, scope)
         if current is JobStatus.Matched:
             values.update(started_at=now, lease_expires_at=None)
         if new in FINAL:
@@ -238,10 +261,11 @@ async def reschedule(
     *,
     source: str,
     minor_status: str | None = None,
+    scope: JobScope = UNRESTRICTED,
 ) -> dict[str, Any]:
     """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ."""
     async with conn.begin():
-        await _lock_for_transition(conn, job_id, JobStatus.Waiting)
+        await _lock_for_transition(conn, job_id, JobStatus.Waiting, scope)
         job = (
             await conn.execute(
                 select(jobs.c.requirements, jobs.c.user_priority).where(jobs.c.id == job_id)
@@ -267,6 +291,7 @@ async def reschedule(
                     task_queue_id=tq_id,
                     site=None,
                     pilot_reference=None,
+                    matched_by=None,
                     matched_at=None,
                     lease_expires_at=None,
                     started_at=None,
@@ -279,7 +304,7 @@ async def reschedule(
     return job_dict(row)
 
 
-async def kill(conn: AsyncConnection, job_id: int) -> dict[str, Any]:
+async def kill(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
     now = utcnow()
     async with conn.begin():
         # tq_jobs first: the claim locks in the same order
@@ -288,7 +313,7 @@ async def kill(conn: AsyncConnection, job_id: int) -> dict[str, Any]:
                 delete(tq_jobs).where(tq_jobs.c.job_id == job_id).returning(tq_jobs.c.tq_id)
             )
         ).scalar()
-        await _lock_for_transition(conn, job_id, JobStatus.Killed)
+        await _lock_for_transition(conn, job_id, JobStatus.Killed, scope)
         row = (
             await conn.execute(
                 update(jobs)

@@ -70,6 +70,7 @@ WITH picked AS MATERIALIZED (
     SET status = 'Matched',
         site = :site,
         pilot_reference = :pilot_reference,
+        matched_by = :requester,
         matched_at = :now,
         lease_expires_at = :lease_until,
         task_queue_id = :tq_id
@@ -80,8 +81,8 @@ WITH picked AS MATERIALIZED (
     INSERT INTO job_events (job_id, status, at, source)
     SELECT id, 'Matched', :now, 'match' FROM matched
 ), request AS (
-    INSERT INTO match_requests (request_id, job_id, created_at)
-    SELECT CAST(:request_id AS varchar), id, :now FROM matched
+    INSERT INTO match_requests (requester, request_id, job_id, created_at)
+    SELECT :requester, CAST(:request_id AS varchar), id, :now FROM matched
     WHERE CAST(:request_id AS varchar) IS NOT NULL
 )
 SELECT matched.*,
@@ -111,6 +112,7 @@ async def claim(
     *,
     site: str,
     pilot_reference: str | None,
+    requester: str,
     request_id: str | None,
     now: datetime,
     lease_until: datetime,
@@ -124,6 +126,7 @@ async def claim(
         "candidates": target.candidates,
         "site": site,
         "pilot_reference": pilot_reference,
+        "requester": requester,
         "request_id": request_id,
         "now": now,
         "lease_until": lease_until,
@@ -171,6 +174,7 @@ async def _claim_serialised(
                 status=JobStatus.Matched.value,
                 site=params["site"],
                 pilot_reference=params["pilot_reference"],
+                matched_by=params["requester"],
                 matched_at=params["now"],
                 lease_expires_at=params["lease_until"],
                 task_queue_id=target.tq_id,
@@ -188,7 +192,10 @@ async def _claim_serialised(
     if params["request_id"] is not None:
         await conn.execute(
             insert(match_requests).values(
-                request_id=params["request_id"], job_id=job_id, created_at=params["now"]
+                requester=params["requester"],
+                request_id=params["request_id"],
+                job_id=job_id,
+                created_at=params["now"],
             )
         )
     return Claimed(job=row, tq_now_empty=jobs_before <= 1)

@@ -28,11 +28,13 @@ async def _eligible(conn: AsyncConnection, query: ResourceQuery) -> list[Candida
     return [Candidate(r.id, r.priority_class, r.cpu_time, r.priority) for r in rows]
 
 
-async def _previous_match(conn: AsyncConnection, request_id: str) -> dict[str, Any] | None:
+async def _previous_match(
+    conn: AsyncConnection, requester: str, request_id: str
+) -> dict[str, Any] | None:
     stmt = (
         select(jobs)
         .join(match_requests, match_requests.c.job_id == jobs.c.id)
-        .where(match_requests.c.request_id == request_id)
+        .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)
     )
     async with read_transaction(conn):
         row = (await conn.execute(stmt)).first()
@@ -50,11 +52,15 @@ async def match(
     resource: ResourceDescription,
     settings: Settings,
     rng: random.Random,
+    requester: str,
 ) -> dict[str, Any] | None:
-    """Claim the job this resource should run now; None when nothing is eligible."""
+    """Claim the job this resource should run now; None when nothing is eligible.
+
+    `requester` (the caller's identity) is recorded on the job and scopes request ids.
+    """
     query = resource.to_query()
     if resource.request_id is not None:
-        previous = await _previous_match(conn, resource.request_id)
+        previous = await _previous_match(conn, requester, resource.request_id)
         if previous is not None:
             return previous
     options = settings.matching
@@ -84,6 +90,7 @@ async def match(
                 target,
                 site=resource.site,
                 pilot_reference=resource.pilot_reference,
+                requester=requester,
                 request_id=resource.request_id,
                 now=now,
                 lease_until=lease_until(now, settings),
@@ -93,7 +100,7 @@ async def match(
             # the same request_id was claimed concurrently: answer with that job
             if resource.request_id is None:
                 raise
-            return await _previous_match(conn, resource.request_id)
+            return await _previous_match(conn, requester, resource.request_id)
         if claimed is None:
             continue
         if claimed.tq_now_empty:
