@@ -48,6 +48,8 @@ cli = typer.Typer(
 )
 db_cli = typer.Typer(help="Database schema migrations.", no_args_is_help=True)
 cli.add_typer(db_cli, name="db")
+token_cli = typer.Typer(help="Bearer tokens for auth mode `token`.", no_args_is_help=True)
+cli.add_typer(token_cli, name="token")
 
 
 # --- shared helpers ---------------------------------------------------------
@@ -110,12 +112,42 @@ def serve(
     host = host or settings.server.host
     port = port or settings.server.port
     workers = workers or settings.server.workers
+    refuse_open_bind_without_auth(settings, host)
     if database_is_sqlite(settings.database_url):
         note(upgrade_database(settings.database_url, "head"))
     else:
         require_head(settings.database_url)
     note(f"fairmatch listening on http://{format_host(host)}:{port} ({workers} worker{'s' * (workers > 1)})")
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        # on SIGTERM: stop accepting, let in-flight requests finish, then exit
+        timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,
+    )
+
+
+def refuse_open_bind_without_auth(settings: Settings, host: str) -> None:
+    """With authentication off every caller is admin: only loopback, unless told explicitly."""
+    import ipaddress
+
+    from app.settings import AuthMode
+
+    if settings.auth.mode is not AuthMode.none or settings.auth.allow_remote_without_auth:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        fail(
+            f"auth.mode is none (every caller is admin): refusing to listen on {host}. "
+            "Use auth.mode = token, or set auth.allow_remote_without_auth = true to serve "
+            "anyone who reaches it as admin.",
+            EXIT_USAGE,
+        )
 
 
 def format_host(host: str) -> str:
@@ -216,6 +248,54 @@ def redacted(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return "<unparsable URL>"
+
+
+# --- token ------------------------------------------------------------------
+
+TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_ttl(text: str) -> int:
+    """`3600`, `90m`, `12h` or `7d` in seconds."""
+    text = text.strip().lower()
+    unit = TTL_UNITS.get(text[-1:], None)
+    number = text[:-1] if unit else text
+    if not number.isdigit() or int(number) == 0:
+        raise typer.BadParameter(f"{text!r}: give seconds or a number with s, m, h or d (e.g. 12h)")
+    return int(number) * (unit or 1)
+
+
+@token_cli.command("create")
+def token_create(
+    role: Annotated[str, typer.Option(help="admin, operator, user or pilot.", show_default=False)],
+    sub: Annotated[str, typer.Option(help="Subject: the user or pilot name.", show_default=False)],
+    groups: Annotated[
+        str | None, typer.Option(help="Comma-separated groups (a pilot's make it private).")
+    ] = None,
+    vo: Annotated[str | None, typer.Option(help="Virtual organisation.")] = None,
+    site: Annotated[str | None, typer.Option(help="Pin a pilot to this site.")] = None,
+    ttl: Annotated[str, typer.Option(help="Lifetime: seconds, or e.g. 30m, 12h, 7d.")] = "1d",
+) -> None:
+    """Sign a token with the configured key (auth.secret, or auth.private_key_file for RS256).
+
+    The token is the last line of standard output.
+    """
+    from app.auth.tokens import Role, create_token
+
+    settings = load_settings_or_exit()
+    try:
+        chosen_role = Role(role)
+    except ValueError:
+        fail(f"--role must be one of {', '.join(r.value for r in Role)}, not {role!r}", EXIT_USAGE)
+    seconds = parse_ttl(ttl)
+    group_list = [g.strip() for g in (groups or "").split(",") if g.strip()]
+    try:
+        token = create_token(
+            settings.auth, role=chosen_role, sub=sub, groups=group_list, vo=vo, site=site, ttl_seconds=seconds
+        )
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    typer.echo(token)
 
 
 # --- HTTP client ------------------------------------------------------------

@@ -12,12 +12,12 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app as package
+from app import background
 from app.api import health, jobs, matching, problems
-from app.background import sweep_empty_task_queues
+from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
 from app.priority import groups
-from app.auth.tokens import TokenVerifier
 from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
@@ -59,13 +59,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.rng = random.Random()
         app.state.verifier = verifier
-        sweeper = asyncio.create_task(sweep_empty_task_queues(engine, settings))
+        tasks = background.start(engine, settings)
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await engine.dispose()
 
     app = FastAPI(

@@ -13,7 +13,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -135,6 +142,9 @@ class MatchingSettings(Section):
 class JobSettings(Section):
     matched_lease_seconds: int = Field(
         7200, ge=1, description="How long a Matched job waits for its pilot to confirm (DIRAC MatchedTime)."
+    )
+    lease_sweep_seconds: float = Field(
+        60, gt=0, description="How often Matched jobs past their lease are put back to Waiting."
     )
     max_payload_bytes: int = Field(65536, ge=0, description="Largest JSON payload per job.")
     max_batch: int = Field(

@@ -206,11 +206,13 @@ async def list_jobs(
 
 async def _lock_for_transition(
     conn: AsyncConnection, job_id: int, new: JobStatus, scope: JobScope
-) -> JobStatus:
+) -> Any:
     """Lock the job row, and refuse with 404/409 unless `current -> new` is allowed."""
     row = (
         await conn.execute(
-            select(jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by)
+            select(
+                jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by, jobs.c.lease_expires_at
+            )
             .where(jobs.c.id == job_id)
             .with_for_update()
         )
@@ -224,7 +226,7 @@ async def _lock_for_transition(
             current_status=current.value,
             requested_status=new.value,
         )
-    return current
+    return row
 
 
 async def report_status(
@@ -241,7 +243,7 @@ async def report_status(
         if getattr(report, field) is not None:
             values[field] = getattr(report, field)
     async with conn.begin():
-        current = await _lock_for_transition(conn, job_id, new, scope)
+        current = JobStatus((await _lock_for_transition(conn, job_id, new, scope)).status)
         if current is JobStatus.Matched:
             values.update(started_at=now, lease_expires_at=None)
         if new in FINAL:
@@ -262,10 +264,17 @@ async def reschedule(
     source: str,
     minor_status: str | None = None,
     scope: JobScope = UNRESTRICTED,
-) -> dict[str, Any]:
-    """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ."""
+    lease_expired_by: datetime | None = None,
+) -> dict[str, Any] | None:
+    """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ.
+
+    With `lease_expired_by`, only a job whose Matched lease ran out by then
+    moves (checked under the row lock); otherwise None is returned.
+    """
     async with conn.begin():
-        await _lock_for_transition(conn, job_id, JobStatus.Waiting, scope)
+        locked = await _lock_for_transition(conn, job_id, JobStatus.Waiting, scope)
+        if lease_expired_by is not None and not _lease_expired(locked, lease_expired_by):
+            return None
         job = (
             await conn.execute(
                 select(jobs.c.requirements, jobs.c.user_priority).where(jobs.c.id == job_id)
@@ -326,6 +335,34 @@ async def kill(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTE
     if removed_from is not None:
         await tq_store.delete_if_empty(conn, removed_from)
     return job_dict(row)
+
+
+def _lease_expired(row: Any, by: datetime) -> bool:
+    lease = as_utc(row.lease_expires_at)
+    return row.status == JobStatus.Matched and lease is not None and lease <= by
+
+
+async def expire_leases(conn: AsyncConnection, now: datetime, batch: int = 1000) -> int:
+    """Matched jobs whose pilot never confirmed go back to Waiting. Returns how many."""
+    async with read_transaction(conn):
+        due = (
+            await conn.execute(
+                select(jobs.c.id)
+                .where(jobs.c.status == JobStatus.Matched.value, jobs.c.lease_expires_at <= now)
+                .order_by(jobs.c.lease_expires_at)
+                .limit(batch)
+            )
+        ).scalars().all()
+    returned = 0
+    for job_id in due:
+        try:
+            moved = await reschedule(
+                conn, job_id, now, source="lease", minor_status="matched lease expired", lease_expired_by=now
+            )
+        except (Conflict, NotFound):
+            continue  # confirmed or killed in the meantime
+        returned += moved is not None
+    return returned
 
 
 def lease_until(now: datetime, settings: Settings) -> datetime:
