@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app.api.deps import Caller, Connection, CurrentSettings
-from app.auth import policy
 from app.api.schemas import Job, JobPage, SubmitResponse
+from app.auth import policy
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
 from app.jobs import store

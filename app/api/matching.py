@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from app.api.deps import Caller, Connection, CurrentSettings, Rng
+from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.auth import policy
 from app.auth.tokens import Principal, Role
-from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.db.engine import read_transaction
 from app.errors import NotFound
 from app.matching import service
