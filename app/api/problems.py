@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_400_BAD_REQUEST, HTTP_422_UNPROCESSABLE_CONTENT
 
@@ -65,12 +66,35 @@ async def _on_http_error(_: Request, exc: StarletteHTTPException) -> JSONRespons
     return problem(exc.status_code, title, str(exc.detail), headers=getattr(exc, "headers", None))
 
 
-async def _on_database_unavailable(_: Request, exc: DBAPIError) -> JSONResponse:
-    log.warning("database unavailable: %s", exc.__class__.__name__)
+def database_unavailable(exc: Exception) -> bool:
+    """The database is away or overloaded, not refusing this request: worth a retry.
+
+    Covers refused and dropped connections (OperationalError), use of a connection
+    the server closed (InterfaceError), any driver error SQLAlchemy saw as a
+    disconnect, and an exhausted connection pool. A lost COMMIT lands here too: its
+    outcome is unknown, and the retry with the same request_id settles it.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    return isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
+async def _on_database_error(request: Request, exc: Exception) -> JSONResponse:
+    if not database_unavailable(exc):
+        return await _on_unexpected(request, exc)
+    log.warning("database unavailable: %s: %s", exc.__class__.__name__, _first_line(exc))
     return problem(
         503, "Service unavailable", "the database cannot be reached; retry shortly",
         kind="database-unavailable", headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
+
+
+def _first_line(exc: Exception) -> str:
+    # the driver's message without SQLAlchemy's appended SQL and parameters
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().split("\n", 1)[0][:200]
 
 
 async def _on_refused_value(_: Request, exc: DataError) -> JSONResponse:
@@ -92,6 +116,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(FairmatchError, _on_domain_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
-    app.add_exception_handler(OperationalError, _on_database_unavailable)
+    # DBAPIError: the handler picks 503 for outages, 500 for the rest (e.g. IntegrityError)
+    app.add_exception_handler(DBAPIError, _on_database_error)
+    app.add_exception_handler(PoolTimeout, _on_database_error)
     app.add_exception_handler(DataError, _on_refused_value)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -11,6 +11,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 APPLICATION_NAME = "fairmatch"
 
+# Outages must turn into quick 503s, never into requests that hang: a
+# connection attempt gives up after CONNECT_TIMEOUT, a request waiting for a
+# pooled connection after POOL_TIMEOUT, and TCP keepalives notice a database
+# host that vanished without closing its sockets.
+CONNECT_TIMEOUT_SECONDS = 5
+POOL_TIMEOUT_SECONDS = 10
+POSTGRESQL_CONNECT_ARGS = {
+    "application_name": APPLICATION_NAME,
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 
 
 def normalise_url(url: str) -> URL:
@@ -42,8 +56,12 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         parsed,
         pool_size=pool_size,
         max_overflow=pool_size,
+        pool_timeout=POOL_TIMEOUT_SECONDS,
+        # a connection the database dropped (restart, failover) is replaced at
+        # checkout instead of failing the request that drew it
         pool_pre_ping=True,
-        connect_args={"application_name": APPLICATION_NAME},
+        # what the URL's query sets itself wins over these defaults
+        connect_args={k: v for k, v in POSTGRESQL_CONNECT_ARGS.items() if k not in parsed.query},
     )
 
 

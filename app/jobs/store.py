@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
 from app.db.engine import read_transaction
-from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, tq_jobs
+from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, match_requests, tq_jobs
 from app.errors import Conflict, InvalidInput, NotFound
 from app.jobs.lifecycle import FINAL, JobStatus, allowed
 from app.jobs.models import JobSpec, StatusUpdate
@@ -280,6 +280,8 @@ async def reschedule(
                 select(jobs.c.requirements, jobs.c.user_priority).where(jobs.c.id == job_id)
             )
         ).one()
+        # the old match is void: a late replay of its request id must not return this job
+        await conn.execute(delete(match_requests).where(match_requests.c.job_id == job_id))
         reqs = Requirements.from_json(job.requirements)
         tq_id = (await tq_store.find_or_create(conn, [reqs], now))[reqs.hash]
         await conn.execute(

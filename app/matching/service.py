@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import utcnow
@@ -20,6 +21,8 @@ from app.matching.lottery import draw
 from app.matching.resource import ResourceDescription, ResourceQuery
 from app.settings import Settings
 from app.taskqueues import store as tq_store
+
+log = logging.getLogger("fairmatch.matching")
 
 
 async def _eligible(conn: AsyncConnection, query: ResourceQuery) -> list[Candidate]:
@@ -104,9 +107,18 @@ async def match(
         if claimed is None:
             continue
         if claimed.tq_now_empty:
-            await tq_store.delete_if_empty(conn, chosen.tq_id)
+            await _tidy_empty_queue(conn, chosen.tq_id)
         return _answer(claimed.job, chosen.tq_id)
     return None
+
+
+async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
+    """Best effort: the claim is committed and must be answered even if this fails
+    (the background sweep deletes empty queues anyway)."""
+    try:
+        await tq_store.delete_if_empty(conn, tq_id)
+    except DBAPIError as exc:
+        log.warning("could not delete empty task queue %d: %s", tq_id, type(exc).__name__)
 
 
 async def explain(

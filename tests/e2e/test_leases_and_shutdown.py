@@ -107,3 +107,14 @@ def test_sigterm_finishes_the_request_in_flight_and_exits(database, clean, tmp_p
         assert conn.exec_driver_sql("SELECT count(*) FROM tq_jobs").scalar() == 10_000
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_a_late_replay_of_a_voided_match_does_not_return_the_job(client):
+    """Once a job went back to Waiting, its old request id no longer names it."""
+    job = client.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]}).json()["jobs"][0]["job_id"]
+    resource = {"Site": "S", "CPUTime": 10**6}
+    assert client.post("/match", json={**resource, "request_id": "r1"}).json()["job_id"] == job
+    assert client.post(f"/jobs/{job}/status", json={"status": "Waiting"}).status_code == 200
+    assert client.post("/match", json={**resource, "request_id": "r2"}).json()["job_id"] == job
+    late = client.post("/match", json={**resource, "request_id": "r1"})
+    assert late.status_code == 204, late.text
