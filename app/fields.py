@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, Strict
 
 MAX_NAME = 255
 MAX_VALUES = 1000
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1: every Unicode "Cc" character
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _no_control_characters(value: str) -> str:
@@ -31,7 +32,7 @@ def _one_or_many(value: Any) -> Any:
 
 
 # For query parameters, which take a pattern rather than a validator.
-NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
 
 Name = Annotated[
     str,
@@ -41,6 +42,12 @@ Name = Annotated[
 
 NameList = Annotated[
     list[Name],
-    BeforeValidator(_one_or_many),
+    # the schema says what is accepted: one name, or a list of them
+    BeforeValidator(
+        _one_or_many, json_schema_input_type=Name | Annotated[list[Name], Field(max_length=MAX_VALUES)]
+    ),
     Field(max_length=MAX_VALUES),
 ]
+
+# An integer from JSON: true/false are not numbers, and neither are strings.
+Int = Annotated[int, Strict()]

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import app as package
 from app import background
 from app.api import health, jobs, matching, problems
+from app.api import limits, openapi
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
@@ -75,6 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    limits.install(app, settings)
+    openapi.install(app)
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(matching.router, prefix=API_PREFIX)
     app.include_router(health.router)

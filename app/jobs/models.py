@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from app.fields import Name, NameList
+from app.fields import Int, Name, NameList
 
 MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
 MAX_SECONDS = 1e12
@@ -22,7 +22,7 @@ class JobSpec(BaseModel):
     owner: Name
     owner_group: Name
     vo: Name | None = Field(None, description="Defaults to the `jobs.default_vo` setting.")
-    cpu_time: int | None = Field(
+    cpu_time: Int | None = Field(
         None, ge=0, le=MAX_CPU_TIME, description="CPU seconds needed; defaults to `jobs.default_cpu_time`."
     )
     sites: NameList = []
@@ -31,8 +31,8 @@ class JobSpec(BaseModel):
     platforms: NameList = []
     job_types: NameList = []
     tags: NameList = []
-    user_priority: int = Field(1, ge=0, le=10, description="0 = background, 10 = always first.")
-    priority_class: int = Field(0, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX)
+    user_priority: Int = Field(1, ge=0, le=10, description="0 = background, 10 = always first.")
+    priority_class: Int = Field(0, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX)
     job_class: Name | None = None
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
 

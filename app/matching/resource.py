@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from app.errors import BadRequest
-from app.fields import Name, NameList
+from app.fields import Int, Name, NameList
 from app.jobs.models import MAX_CPU_TIME
 from app.taskqueues.requirements import ANY
 
@@ -29,7 +29,7 @@ class ResourceDescription(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     site: Name = Field(validation_alias=_alias("site", "Site"))
-    cpu_time: int = Field(ge=0, le=MAX_CPU_TIME, validation_alias=_alias("cpu_time", "CPUTime"))
+    cpu_time: Int = Field(ge=0, le=MAX_CPU_TIME, validation_alias=_alias("cpu_time", "CPUTime"))
     grid_ce: NameList | None = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
     platform: NameList | None = Field(None, validation_alias=_alias("platform", "Platform"))
     job_type: NameList | None = Field(None, validation_alias=_alias("job_type", "JobType"))
@@ -38,15 +38,15 @@ class ResourceDescription(BaseModel):
     owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
     owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
     vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
-    max_ram_mb: int | None = Field(None, ge=0, le=MAX_RAM_MB, validation_alias=_alias("max_ram_mb", "MaxRAM"))
-    number_of_processors: int | None = Field(
+    max_ram_mb: Int | None = Field(None, ge=0, le=MAX_RAM_MB, validation_alias=_alias("max_ram_mb", "MaxRAM"))
+    number_of_processors: Int | None = Field(
         None, ge=1, le=MAX_PROCESSORS, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
     )
     whole_node: bool | None = Field(None, validation_alias=_alias("whole_node", "WholeNode"))
     pilot_reference: Name | None = Field(
         None, validation_alias=_alias("pilot_reference", "PilotReference")
     )
-    job_id: int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
+    job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
 
     def to_query(self) -> ResourceQuery:
