@@ -28,6 +28,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.priority.corrections_config import CorrectionsConfig
+
 DEFAULT_CONFIG_FILE = Path("config/fairmatch.toml")
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./fairmatch.db"
 
@@ -147,11 +149,36 @@ class JobSettings(Section):
         60, gt=0, description="How often Matched jobs past their lease are put back to Waiting."
     )
     max_payload_bytes: int = Field(65536, ge=0, description="Largest JSON payload per job.")
+    stall_timeout_seconds: int = Field(
+        7200, ge=1, description="A Running job silent this long becomes Stalled (DIRAC: 2 h)."
+    )
     max_batch: int = Field(
         10000, ge=1, le=10000, description="Most jobs in one POST /jobs (10 000 at most)."
     )
     default_vo: str = Field("default", min_length=1, description="VO of jobs submitted without one.")
     default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")
+
+
+class PrioritySettings(Section):
+    policy: Literal["dirac"] = Field("dirac", description="How task-queue priorities are computed.")
+    interval_seconds: float = Field(
+        120, gt=0, description="How often the priority loop recomputes every TQ (DIRAC: 120 s)."
+    )
+    tq_weight: Literal["avg", "sum"] = Field(
+        "avg",
+        description="How an entity's share is split over its TQs: by the average (`avg`) or the "
+        "sum (`sum`) of their jobs' real priorities.",
+    )
+    sample_seconds: float = Field(
+        60, gt=0, description="How often running jobs per group and owner are sampled for history."
+    )
+    corrections_enabled: bool = Field(False, description="Apply the WMSHistory share corrections.")
+    corrections_file: Path | None = Field(
+        None, description="Share corrections in DIRAC CFG (`.cfg`) or TOML (`.toml`) form."
+    )
+    corrections: CorrectionsConfig = Field(
+        default_factory=CorrectionsConfig, description="Share corrections given inline."
+    )
 
 
 class GroupSettings(Section):
@@ -178,6 +205,7 @@ class Settings(BaseSettings):
     taskqueues: TaskQueueSettings = Field(default_factory=TaskQueueSettings)
     matching: MatchingSettings = Field(default_factory=MatchingSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    priority: PrioritySettings = Field(default_factory=PrioritySettings)
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
     )

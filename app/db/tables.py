@@ -49,6 +49,8 @@ task_queues = Table(
     Column("cpu_time", BigInteger, nullable=False),
     Column("priority_class", Integer, nullable=False),
     Column("priority", Float, nullable=False),
+    # how the priority was made: policy, entity, share, weights, corrections
+    Column("priority_origin", JSON),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
@@ -166,4 +168,37 @@ groups = Table(
     Column("allow_background_tqs", Boolean, nullable=False),
     Column("priority", Integer, nullable=False),
     Column("description", Text),
+)
+
+# Running-job history for the share corrections: one row per sampling instant,
+# and the number of Matched+Running jobs per group (owner '') and per
+# (group, owner) at that instant. Instants with nothing running still count.
+history_samples = Table(
+    "history_samples",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("sampled_at", DateTime(timezone=True), nullable=False, index=True),
+)
+
+running_samples = Table(
+    "running_samples",
+    metadata,
+    Column("sample_id", Id, ForeignKey("history_samples.id", ondelete="CASCADE"), primary_key=True),
+    Column("owner_group", String(NAME), primary_key=True),
+    Column("owner", String(NAME), primary_key=True),
+    Column("running", Integer, nullable=False),
+)
+
+# One row per priority-loop run: who ran it, when, and what it decided
+# (entities, shares, corrections) - the source of GET /shares.
+priority_runs = Table(
+    "priority_runs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("runner", String(NAME), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("policy", String(32), nullable=False),
+    Column("task_queues", Integer, nullable=False),
+    Column("report", JSON, nullable=False),
 )
