@@ -1,47 +1,75 @@
 """Periodic work inside the service process.
 
-Every replica runs these: each step is a conditional, row-locked change, so
-two replicas doing it at once cannot do it twice.
+Watchdogs (empty queues, expired leases, stalled jobs) run in every replica:
+each step is a conditional change under a row lock, so doing it twice is
+harmless. The priority loop and the history sampler run in one process at a
+time (advisory locks) and skip when another process just did them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.clock import utcnow
 from app.jobs import store as job_store
+from app.priority import history
+from app.priority import service as priority_service
+from app.priority.corrections_config import CorrectionsConfig
 from app.settings import Settings
 from app.taskqueues import store as tq_store
 
 log = logging.getLogger("fairmatch.background")
 
+Step = Callable[[AsyncConnection], Awaitable[int | bool | None]]
 
-async def _every(
-    seconds: float, engine: AsyncEngine, name: str, step: Callable[[AsyncConnection], Awaitable[int]]
-) -> None:
+
+def runner_name() -> str:
+    """Who ran a priority loop: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, first_delay: float | None = None) -> None:
+    await asyncio.sleep(seconds if first_delay is None else first_delay)
     while True:
-        await asyncio.sleep(seconds)
         try:
             async with engine.connect() as conn:
                 done = await step(conn)
             if done:
-                log.info("%s: %d", name, done)
+                log.info("%s: %s", name, done)
         except Exception:  # keep going through database hiccups
             log.exception("%s failed", name)
+        await asyncio.sleep(seconds)
 
 
-def start(engine: AsyncEngine, settings: Settings) -> list[asyncio.Task]:
+async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
+    now = utcnow()
+    return await job_store.expire_leases(conn, now, settings) + await job_store.mark_stalled(conn, now, settings)
+
+
+def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
+    runner = runner_name()
+    keep = corrections.longest_time_span()
+    p = settings.priority
+
+    async def recompute(conn: AsyncConnection) -> int | None:
+        run = await priority_service.recompute(conn, settings, corrections, runner=runner, scheduled=True)
+        return None if run is None else run["changed"]
+
+    async def sample(conn: AsyncConnection) -> bool:
+        return await history.sample(conn, utcnow(), p.sample_seconds, keep_seconds=max(keep, 3600))
+
     return [
-        asyncio.create_task(
-            _every(settings.taskqueues.sweep_interval_seconds, engine, "empty task queues deleted",
-                   tq_store.delete_all_empty)
-        ),
-        asyncio.create_task(
-            _every(settings.jobs.lease_sweep_seconds, engine, "expired matches returned to Waiting",
-                   lambda conn: job_store.expire_leases(conn, utcnow()))
-        ),
+        asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
+                                   "empty task queues deleted", tq_store.delete_all_empty)),
+        asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
+                                   "jobs returned to Waiting or Stalled", lambda c: watch_jobs(c, settings))),
+        asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),
+        asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
+                                   first_delay=min(1.0, p.interval_seconds))),
     ]  # fmt: skip

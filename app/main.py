@@ -13,12 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app as package
 from app import background
-from app.api import health, jobs, matching, problems
-from app.api import limits, openapi
+from app.api import groups as groups_api
+from app.api import health, jobs, limits, matching, openapi, priorities, problems
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
 from app.priority import groups
+from app.priority.service import configured_corrections
 from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     # read the verification key now: a missing key file stops start-up with its name
     verifier = TokenVerifier(settings.auth) if settings.auth.mode is AuthMode.token else None
+    corrections = configured_corrections(settings.priority)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.rng = random.Random()
         app.state.verifier = verifier
-        tasks = background.start(engine, settings)
+        app.state.corrections = corrections
+        tasks = background.start(engine, settings, corrections)
         try:
             yield
         finally:
@@ -79,6 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limits.install(app, settings)
     openapi.install(app)
     app.include_router(jobs.router, prefix=API_PREFIX)
+    app.include_router(groups_api.router, prefix=API_PREFIX)
     app.include_router(matching.router, prefix=API_PREFIX)
+    app.include_router(priorities.router, prefix=API_PREFIX)
     app.include_router(health.router)
     return app

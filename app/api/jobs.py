@@ -88,6 +88,8 @@ async def kill_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
 
 
 @router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
-async def report_status(job_id: JobId, body: StatusUpdate, conn: Connection, caller: Caller) -> dict:
+async def report_status(
+    job_id: JobId, body: StatusUpdate, conn: Connection, settings: CurrentSettings, caller: Caller
+) -> dict:
     policy.check_status_report(caller)
-    return await store.report_status(conn, job_id, body, policy.job_scope(caller))
+    return await store.report_status(conn, job_id, body, settings, policy.job_scope(caller))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -64,6 +65,9 @@ class TaskQueue(BaseModel):
     cpu_time: int
     priority_class: int
     priority: float
+    priority_origin: dict[str, Any] | None = Field(
+        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight."
+    )
     jobs: int = Field(description="Waiting jobs.")
     sites: list[str]
     banned_sites: list[str]
@@ -88,3 +92,37 @@ class MatchingTaskQueueList(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class EntityTaskQueue(BaseModel):
+    task_queue_id: int
+    priority: float
+
+
+class EntityShare(BaseModel):
+    group: str
+    owner: str | None = Field(description="null: a JOB_SHARING group, one entity.")
+    configured_share: float = Field(description="The group's job_share, divided among its owners when split.")
+    group_correction: float
+    user_correction: float
+    share: float = Field(description="After corrections.")
+    normalised_share: float
+    task_queues: list[EntityTaskQueue]
+
+
+class PriorityRun(BaseModel):
+    runner: str
+    started_at: datetime
+    finished_at: datetime
+    task_queues: int
+    policy: str
+    tq_weight: str
+    corrections_enabled: bool
+    entities: list[EntityShare]
+    corrections: dict[str, Any] = Field(
+        description="Per corrector instance: per slice the shares, usage and corrections; the final factors."
+    )
+
+
+class RecomputeResult(PriorityRun):
+    changed: int = Field(description="TQs whose priority or explanation changed.")

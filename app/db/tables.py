@@ -202,3 +202,6 @@ priority_runs = Table(
     Column("task_queues", Integer, nullable=False),
     Column("report", JSON, nullable=False),
 )
+
+# Written by the service's background work on its own schedule, never by a request.
+BACKGROUND_TABLES = frozenset({history_samples.name, running_samples.name, priority_runs.name})

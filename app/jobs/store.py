@@ -7,11 +7,13 @@ does the same), so a kill racing a match cannot deadlock.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.policy import JobScope
@@ -21,9 +23,12 @@ from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, match_requests, 
 from app.errors import Conflict, InvalidInput, NotFound
 from app.jobs.lifecycle import FINAL, JobStatus, allowed
 from app.jobs.models import JobSpec, StatusUpdate
+from app.priority import service as priority_service
 from app.settings import Settings
 from app.taskqueues import store as tq_store
 from app.taskqueues.requirements import Requirements, real_priority
+
+log = logging.getLogger("fairmatch.jobs")
 
 
 def requested_cpu_time(spec: JobSpec, settings: Settings) -> int:
@@ -40,6 +45,17 @@ def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
         buckets=settings.taskqueues.cpu_buckets,
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
     )
+
+
+async def _refresh_priorities(conn: AsyncConnection, settings: Settings, group_names: set[str]) -> None:
+    """New TQs get provisional priorities now. Best effort: the jobs are committed,
+    and the priority loop sets every priority again anyway."""
+    if not group_names:
+        return
+    try:
+        await priority_service.refresh_groups(conn, settings, group_names)
+    except DBAPIError as exc:
+        log.warning("provisional priorities for %s not set: %s", sorted(group_names), type(exc).__name__)
 
 
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:
@@ -69,7 +85,7 @@ async def submit(
     now = utcnow()
     reqs = [requirements_of(spec, settings) for spec in specs]
     async with conn.begin():
-        tq_ids = await tq_store.find_or_create(conn, reqs, now)
+        tq_ids, created = await tq_store.find_or_create(conn, reqs, now)
         rows = [
             {
                 "status": JobStatus.Waiting.value,
@@ -105,6 +121,7 @@ async def submit(
         for part in tq_store.chunks(waiting):
             await conn.execute(insert(tq_jobs), list(part))
         await _record_events(conn, job_ids, JobStatus.Waiting, now, "submit")
+    await _refresh_priorities(conn, settings, {r.owner_group for r in reqs if r.hash in created})
     return [
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
         for job_id, row in zip(job_ids, rows)
@@ -230,13 +247,17 @@ async def _lock_for_transition(
 
 
 async def report_status(
-    conn: AsyncConnection, job_id: int, report: StatusUpdate, scope: JobScope = UNRESTRICTED
+    conn: AsyncConnection,
+    job_id: int,
+    report: StatusUpdate,
+    settings: Settings,
+    scope: JobScope = UNRESTRICTED,
 ) -> dict[str, Any]:
     new = JobStatus(report.status)
     now = utcnow()
     if new is JobStatus.Waiting:
         return await reschedule(
-            conn, job_id, now, source="api", minor_status=report.minor_status, scope=scope
+            conn, job_id, now, settings, source="api", minor_status=report.minor_status, scope=scope
         )
     values: dict[str, Any] = {"status": new.value, "heartbeat_at": now}
     for field in ("minor_status", "cpu_seconds", "wall_seconds"):
@@ -260,6 +281,7 @@ async def reschedule(
     conn: AsyncConnection,
     job_id: int,
     now: datetime,
+    settings: Settings,
     *,
     source: str,
     minor_status: str | None = None,
@@ -283,7 +305,8 @@ async def reschedule(
         # the old match is void: a late replay of its request id must not return this job
         await conn.execute(delete(match_requests).where(match_requests.c.job_id == job_id))
         reqs = Requirements.from_json(job.requirements)
-        tq_id = (await tq_store.find_or_create(conn, [reqs], now))[reqs.hash]
+        found, created = await tq_store.find_or_create(conn, [reqs], now)
+        tq_id = found[reqs.hash]
         await conn.execute(
             insert(tq_jobs).values(
                 job_id=job_id,
@@ -312,6 +335,8 @@ async def reschedule(
             )
         ).one()
         await _record_events(conn, [job_id], JobStatus.Waiting, now, source, minor_status)
+    if created:
+        await _refresh_priorities(conn, settings, {reqs.owner_group})
     return job_dict(row)
 
 
@@ -344,7 +369,7 @@ def _lease_expired(row: Any, by: datetime) -> bool:
     return row.status == JobStatus.Matched and lease is not None and lease <= by
 
 
-async def expire_leases(conn: AsyncConnection, now: datetime, batch: int = 1000) -> int:
+async def expire_leases(conn: AsyncConnection, now: datetime, settings: Settings, batch: int = 1000) -> int:
     """Matched jobs whose pilot never confirmed go back to Waiting. Returns how many."""
     async with read_transaction(conn):
         due = (
@@ -359,12 +384,46 @@ async def expire_leases(conn: AsyncConnection, now: datetime, batch: int = 1000)
     for job_id in due:
         try:
             moved = await reschedule(
-                conn, job_id, now, source="lease", minor_status="matched lease expired", lease_expired_by=now
-            )
+                conn, job_id, now, settings, source="lease", minor_status="matched lease expired",
+                lease_expired_by=now,
+            )  # fmt: skip
         except (Conflict, NotFound):
             continue  # confirmed or killed in the meantime
         returned += moved is not None
     return returned
+
+
+async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings, batch: int = 1000) -> int:
+    """Running jobs without a status report for the stall timeout become Stalled."""
+    silent_since = now - timedelta(seconds=settings.jobs.stall_timeout_seconds)
+    async with read_transaction(conn):
+        due = (
+            await conn.execute(
+                select(jobs.c.id)
+                .where(jobs.c.status == JobStatus.Running.value, jobs.c.heartbeat_at <= silent_since)
+                .limit(batch)
+            )
+        ).scalars().all()
+    stalled = 0
+    for job_id in due:
+        async with conn.begin():
+            # re-checked under the lock: a heartbeat may have just arrived
+            row = (
+                await conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id == job_id,
+                        jobs.c.status == JobStatus.Running.value,
+                        jobs.c.heartbeat_at <= silent_since,
+                    )
+                    .values(status=JobStatus.Stalled.value, minor_status="no heartbeat")
+                    .returning(jobs.c.id)
+                )
+            ).first()
+            if row is not None:
+                await _record_events(conn, [job_id], JobStatus.Stalled, now, "stall", "no heartbeat")
+                stalled += 1
+    return stalled
 
 
 def lease_until(now: datetime, settings: Settings) -> datetime:

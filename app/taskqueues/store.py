@@ -28,7 +28,7 @@ from app.taskqueues.requirements import Requirements
 
 CHUNK = 1000  # rows per multi-row statement: well under every driver's parameter limit
 
-# Until the priority loop sets it, every TQ draws with the same weight.
+# For the moment between a TQ's creation and its group's refresh.
 INITIAL_PRIORITY = 1.0
 
 
@@ -39,20 +39,22 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 
 async def find_or_create(
     conn: AsyncConnection, requirements: Iterable[Requirements], now: datetime
-) -> dict[str, int]:
-    """The TQ id of each distinct requirement set, creating the missing ones.
+) -> tuple[dict[str, int], set[str]]:
+    """The TQ id of each distinct requirement set, and the hashes of those it created.
 
     Must run inside the caller's transaction, which then holds the TQs
     against deletion until it commits.
     """
     wanted = {r.hash: r for r in requirements}
     found: dict[str, int] = {}
+    new: set[str] = set()
     for _ in range(10):  # each round only repeats for TQs deleted in between
         missing = sorted(set(wanted) - set(found))
         if not missing:
-            return found
+            return found, new
         created = await _insert_new(conn, [wanted[h] for h in missing], now)
         await _insert_values(conn, [(created[h], wanted[h]) for h in created])
+        new.update(created)
         found.update(await _lock_existing(conn, missing))
     raise RuntimeError("task queues kept disappearing while being looked up")
 
@@ -178,6 +180,7 @@ def _tq_dict(row: Any) -> dict[str, Any]:
         "cpu_time": row.cpu_time,
         "priority_class": row.priority_class,
         "priority": row.priority,
+        "priority_origin": row.priority_origin,
         "jobs": row.jobs,
         **{field: [] for field in MULTI_VALUE_FIELDS},
         "created_at": as_utc(row.created_at),

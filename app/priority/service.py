@@ -1,0 +1,242 @@
+"""The priority loop: read the queues, apply share corrections, set every TQ's priority.
+
+One process at a time recomputes (a transaction-scoped advisory lock on
+PostgreSQL); scheduled runs also skip when another process ran less than an
+interval ago, so N replicas still recompute once per interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.clock import as_utc, utcnow
+from app.db.advisory import lock, try_lock
+from app.db.tables import groups, priority_runs, task_queues, tq_jobs
+from app.priority import corrector, dirac, dirac_cfg, history
+from app.priority.corrections_config import CorrectionsConfig
+from app.settings import PrioritySettings, Settings
+
+PRIORITY_LOCK = 7_100_001
+KEEP_RUNS = 100  # the run history kept for GET /shares and for operators
+
+
+def configured_corrections(priority: PrioritySettings) -> CorrectionsConfig:
+    """The corrector instances of the corrections file, then those given inline (which win)."""
+    instances = {}
+    if priority.corrections_file is not None:
+        instances.update(dirac_cfg.load_corrections(priority.corrections_file).instances)
+    instances.update(priority.corrections.instances)
+    return CorrectionsConfig(instances=instances)
+
+
+async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = None) -> list[dict]:
+    """Every TQ with waiting jobs: keys, current priority, and its jobs' real priorities."""
+    tq = task_queues
+    waiting = (
+        select(
+            tq_jobs.c.tq_id,
+            func.count().label("jobs"),
+            func.avg(tq_jobs.c.real_priority).label("avg_rp"),
+            func.sum(tq_jobs.c.real_priority).label("sum_rp"),
+        )
+        .group_by(tq_jobs.c.tq_id)
+        .subquery()
+    )
+    stmt = select(
+        tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority, tq.c.priority_origin,
+        waiting.c.jobs, waiting.c.avg_rp, waiting.c.sum_rp,
+    ).join(waiting, waiting.c.tq_id == tq.c.id)  # fmt: skip
+    if only_groups is not None:
+        stmt = stmt.where(tq.c.owner_group.in_(sorted(only_groups)))
+    return [row._asdict() for row in await conn.execute(stmt)]
+
+
+async def _group_policies(conn: AsyncConnection) -> dict[str, dirac.GroupPolicy]:
+    rows = await conn.execute(
+        select(groups.c.name, groups.c.job_share, groups.c.job_sharing, groups.c.allow_background_tqs)
+    )
+    return {name: dirac.GroupPolicy(share, sharing, background) for name, share, sharing, background in rows}
+
+
+def _tq_loads(rows: list[dict]) -> list[dirac.TqLoad]:
+    return [
+        dirac.TqLoad(r["id"], r["owner"], r["owner_group"], r["jobs"], float(r["avg_rp"]), float(r["sum_rp"]))
+        for r in rows
+    ]
+
+
+async def _corrections(
+    conn: AsyncConnection,
+    config: CorrectionsConfig,
+    loads: list[dirac.TqLoad],
+    policies: dict[str, dirac.GroupPolicy],
+    now: datetime,
+) -> tuple[dict[str, float], dict[tuple[str, str], float], dict[str, Any]]:
+    """Group corrections, per-owner corrections, and each instance's explanation."""
+    owners: dict[str, set[str]] = {}
+    for load in loads:
+        owners.setdefault(load.owner_group, set()).add(load.owner)
+    group_factors: dict[str, float] = {}
+    user_factors: dict[tuple[str, str], float] = {}
+    explained: dict[str, Any] = {}
+    for name, instance in sorted(config.instances.items()):
+        if instance.group is None:
+            shares = {g: policies.get(g, dirac.GroupPolicy()).job_share for g in owners}
+        elif instance.group in owners and not policies.get(instance.group, dirac.GroupPolicy()).job_sharing:
+            members = owners[instance.group]
+            shares = {o: 1.0 / len(members) for o in members}  # owners share their group equally
+        else:
+            continue  # nothing waiting in that group, or one entity: nothing to correct between
+        usage = {
+            slice_name: await history.average_running(conn, instance.group, now - timedelta(seconds=s.time_span))
+            for slice_name, s in instance.slices.items()
+        }
+        result = corrector.correct(instance, shares, usage)
+        for entity, corrected in result.entities.items():
+            if instance.group is None:
+                group_factors[entity] = corrected.correction
+            else:
+                user_factors[(instance.group, entity)] = corrected.correction
+        explained[name] = {"group": instance.group, **result.to_json()}
+    return group_factors, user_factors, explained
+
+
+async def _apply(conn: AsyncConnection, rows: list[dict], decision: dirac.Decision) -> int:
+    """Write the priorities that changed, in id order (a stable lock order)."""
+    changes = [
+        {"tq": r["id"], "priority": decision.priorities[r["id"]], "origin": decision.origins[r["id"]]}
+        for r in sorted(rows, key=lambda r: r["id"])
+        if r["priority"] != decision.priorities[r["id"]] or r["priority_origin"] != decision.origins[r["id"]]
+    ]
+    if changes:
+        await conn.execute(
+            update(task_queues)
+            .where(task_queues.c.id == bindparam("tq"))
+            .values(priority=bindparam("priority"), priority_origin=bindparam("origin")),
+            changes,
+        )
+    return len(changes)
+
+
+def _report(
+    settings: Settings, decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool
+) -> dict[str, Any]:
+    total = sum(e.share for e in decision.entities) or 1.0
+    return {
+        "policy": settings.priority.policy,
+        "tq_weight": settings.priority.tq_weight,
+        "corrections_enabled": corrections_on,
+        "entities": [
+            {
+                "group": e.group,
+                "owner": e.owner,
+                "configured_share": e.configured_share,
+                "group_correction": e.group_correction,
+                "user_correction": e.user_correction,
+                "share": e.share,
+                "normalised_share": e.share / total,
+                "task_queues": [
+                    {"task_queue_id": i, "priority": decision.priorities[i]} for i in sorted(e.tq_ids)
+                ],
+            }
+            for e in decision.entities
+        ],
+        "corrections": explained,
+    }
+
+
+async def recompute(
+    conn: AsyncConnection,
+    settings: Settings,
+    corrections: CorrectionsConfig,
+    *,
+    runner: str,
+    scheduled: bool,
+) -> dict[str, Any] | None:
+    """Recompute every TQ's priority. Scheduled runs give way to a concurrent or recent
+    run (None); a forced run waits for the lock and always runs."""
+    async with conn.begin():
+        if scheduled:
+            if not await try_lock(conn, PRIORITY_LOCK) or await _ran_recently(conn, utcnow(), settings):
+                return None
+        else:
+            await lock(conn, PRIORITY_LOCK)
+        started = utcnow()  # the run starts once it holds the lock
+        rows = await _loads(conn)
+        loads = _tq_loads(rows)
+        policies = await _group_policies(conn)
+        corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
+        group_factors, user_factors, explained = (
+            await _corrections(conn, corrections, loads, policies, started) if corrections_on else ({}, {}, {})
+        )
+        decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
+        changed = await _apply(conn, rows, decision)
+        finished = utcnow()
+        report = _report(settings, decision, explained, corrections_on)
+        run_id = (
+            await conn.execute(
+                insert(priority_runs).values(
+                    runner=runner, started_at=started, finished_at=finished, policy=settings.priority.policy,
+                    task_queues=len(rows), report=report,
+                ).returning(priority_runs.c.id)
+            )
+        ).scalar_one()  # fmt: skip
+        await conn.execute(delete(priority_runs).where(priority_runs.c.id <= run_id - KEEP_RUNS))
+    return {
+        "runner": runner,
+        "started_at": started,
+        "finished_at": finished,
+        "task_queues": len(rows),
+        "changed": changed,
+        **report,
+    }
+
+
+async def _ran_recently(conn: AsyncConnection, now: datetime, settings: Settings) -> bool:
+    last = (await conn.execute(select(func.max(priority_runs.c.finished_at)))).scalar()
+    return last is not None and as_utc(last) > now - timedelta(seconds=0.9 * settings.priority.interval_seconds)
+
+
+async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
+    """Provisional priorities for groups that just got new TQs: the policy over those
+    groups with the corrections of the last full run (the loop refines them)."""
+    async with conn.begin():
+        await lock(conn, PRIORITY_LOCK)
+        rows = await _loads(conn, group_names)
+        if not rows:
+            return
+        last = await latest_run(conn)
+        group_factors, user_factors = _factors_of(last["report"] if last else None)
+        policies = await _group_policies(conn)
+        decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, group_factors, user_factors)
+        await _apply(conn, rows, decision)
+
+
+def _factors_of(report: dict | None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    group_factors: dict[str, float] = {}
+    user_factors: dict[tuple[str, str], float] = {}
+    for entity in (report or {}).get("entities", []):
+        group_factors[entity["group"]] = entity["group_correction"]
+        if entity["owner"] is not None:
+            user_factors[(entity["group"], entity["owner"])] = entity["user_correction"]
+    return group_factors, user_factors
+
+
+async def latest_run(conn: AsyncConnection) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(select(priority_runs).order_by(priority_runs.c.id.desc()).limit(1))
+    ).first()
+    if row is None:
+        return None
+    return {
+        "runner": row.runner,
+        "started_at": as_utc(row.started_at),
+        "finished_at": as_utc(row.finished_at),
+        "task_queues": row.task_queues,
+        "report": row.report,
+    }
