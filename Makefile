@@ -20,8 +20,9 @@ install: $(STAMP)
 run: install
 	$(BIN)/fairmatch serve
 
+# Two workers (one per core); a test file's tests stay together with their servers.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache fairmatch.db fairmatch.db-shm fairmatch.db-wal
