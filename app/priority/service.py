@@ -37,22 +37,21 @@ def configured_corrections(priority: PrioritySettings) -> CorrectionsConfig:
 async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = None) -> list[dict]:
     """Every TQ with waiting jobs: keys, current priority, and its jobs' real priorities."""
     tq = task_queues
-    waiting = (
-        select(
-            tq_jobs.c.tq_id,
-            func.count().label("jobs"),
-            func.avg(tq_jobs.c.real_priority).label("avg_rp"),
-            func.sum(tq_jobs.c.real_priority).label("sum_rp"),
-        )
-        .group_by(tq_jobs.c.tq_id)
-        .subquery()
-    )
+    waiting = select(
+        tq_jobs.c.tq_id,
+        func.count().label("jobs"),
+        func.avg(tq_jobs.c.real_priority).label("avg_rp"),
+        func.sum(tq_jobs.c.real_priority).label("sum_rp"),
+    ).group_by(tq_jobs.c.tq_id)
+    if only_groups is not None:
+        # filter before aggregating: the planner cannot push it through the GROUP BY
+        in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
+        waiting = waiting.where(tq_jobs.c.tq_id.in_(in_groups))
+    waiting = waiting.subquery()
     stmt = select(
         tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority, tq.c.priority_origin,
         waiting.c.jobs, waiting.c.avg_rp, waiting.c.sum_rp,
     ).join(waiting, waiting.c.tq_id == tq.c.id)  # fmt: skip
-    if only_groups is not None:
-        stmt = stmt.where(tq.c.owner_group.in_(sorted(only_groups)))
     return [row._asdict() for row in await conn.execute(stmt)]
 
 

@@ -192,3 +192,21 @@ def test_averages_count_empty_instants_and_old_samples_are_pruned(clean):
     assert users == {"alice": pytest.approx(2)}
     assert took is True and again is False  # a second sample within the interval is skipped
     assert left == 4  # the 2-hour-old sample is gone, the new one is in
+
+
+def test_new_task_queues_get_provisional_priorities_at_once(client):
+    """No recompute call: the submission itself refreshes the groups that got new queues."""
+    client.put("/groups/big", json={"job_share": 3000})
+
+    def priorities():
+        return {(t["owner_group"], t["owner"]): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]}
+
+    client.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "big"}]})
+    assert priorities() == {("big", "a"): 3000}
+    client.post("/jobs", json={"jobs": [{"owner": "b", "owner_group": "big"}]})
+    assert priorities() == {("big", "a"): 1500, ("big", "b"): 1500}  # a's share was split at once
+    client.post("/jobs", json={"jobs": [{"owner": "c", "owner_group": "small", "user_priority": 3},
+                                        {"owner": "c", "owner_group": "small", "sites": ["X"]}]})  # fmt: skip
+    tqs = {(t["owner_group"], tuple(t["sites"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]}
+    assert tqs[("small", ())] == pytest.approx(750) and tqs[("small", ("X",))] == pytest.approx(250)
+    assert tqs[("big", ())] == 1500
