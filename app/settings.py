@@ -159,8 +159,48 @@ class JobSettings(Section):
     default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")
 
 
+class AccountingSettings(Section):
+    cpu_weight: float = Field(
+        1.0, gt=0, description="Charge per CPU second reported on Done/Failed (e.g. a per-core HS06 factor)."
+    )
+    half_life_days: float = Field(7, ge=0, description="Usage decays by half in this time; 0 = no decay.")
+    reset: Literal["none", "daily", "weekly", "monthly"] = Field(
+        "none", description="Start usage from zero at each period."
+    )
+
+
+class RankSettings(Section):
+    window_days: float = Field(24, gt=0, description="USED is the fraction of usage in this window.")
+    vo_factor: float = Field(100, ge=0, description="FACTOR of the VO level.")
+    group_factor: float = Field(100, ge=0, description="FACTOR of the group level.")
+    user_factor: float = Field(100, ge=0, description="FACTOR of the user level.")
+    vo_shares: dict[str, float] = Field(
+        default_factory=dict, description="TARGET of each VO (normalised); VOs not listed share equally."
+    )
+
+
+class MultifactorWeights(Section):
+    fairshare: float = Field(10000, ge=0)
+    age: float = Field(1000, ge=0)
+    job_size: float = Field(100, ge=0)
+    user: float = Field(100, ge=0)
+    queue: float = Field(100, ge=0)
+    qos: float = Field(1000, ge=0)
+
+
+class MultifactorSettings(Section):
+    weights: MultifactorWeights = Field(default_factory=MultifactorWeights)
+    max_age_seconds: float = Field(7 * 86400, gt=0, description="The age factor saturates here.")
+    favour: Literal["small", "large"] = Field("small", description="Which CPU buckets the job-size factor favours.")
+    fairshare: Literal["classic", "fair_tree"] = Field(
+        "classic", description="classic F = 2^(-U/S), or Fair Tree ranks."
+    )
+
+
 class PrioritySettings(Section):
-    policy: Literal["dirac"] = Field("dirac", description="How task-queue priorities are computed.")
+    policy: Literal["dirac", "rank", "multifactor"] = Field(
+        "dirac", description="How task-queue priorities are computed."
+    )
     interval_seconds: float = Field(
         120, gt=0, description="How often the priority loop recomputes every TQ (DIRAC: 120 s)."
     )
@@ -179,6 +219,8 @@ class PrioritySettings(Section):
     corrections: CorrectionsConfig = Field(
         default_factory=CorrectionsConfig, description="Share corrections given inline."
     )
+    rank: RankSettings = Field(default_factory=RankSettings)
+    multifactor: MultifactorSettings = Field(default_factory=MultifactorSettings)
 
 
 class GroupSettings(Section):
@@ -206,6 +248,7 @@ class Settings(BaseSettings):
     matching: MatchingSettings = Field(default_factory=MatchingSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     priority: PrioritySettings = Field(default_factory=PrioritySettings)
+    accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
     )

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
@@ -201,6 +202,59 @@ priority_runs = Table(
     Column("policy", String(32), nullable=False),
     Column("task_queues", Integer, nullable=False),
     Column("report", JSON, nullable=False),
+)
+
+# Grid Engine job classes: a job naming one gets its default priority class and
+# may not exceed its maximum (unless privileged); the access lists say who may use it.
+job_classes = Table(
+    "job_classes",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("default_class", Integer, nullable=False),
+    Column("max_class", Integer, nullable=False),
+    Column("allowed_users", JSON, nullable=False),  # [] = everybody
+    Column("allowed_groups", JSON, nullable=False),  # [] = every group
+    Column("priority", Integer, nullable=False),  # the multifactor "queue" factor
+    Column("description", Text),
+)
+
+# The Slurm association tree as imported from sacctmgr, in its original order
+# so that export gives the same text back. An account row has user ''.
+associations = Table(
+    "associations",
+    metadata,
+    Column("position", Integer, primary_key=True, autoincrement=False),
+    Column("account", String(NAME), nullable=False),
+    Column("user", String(NAME), nullable=False),
+    Column("parent", String(NAME), nullable=False),
+    Column("shares", String(64), nullable=False),  # as written: a number or "parent"
+    UniqueConstraint("account", "user", name="uq_associations_account_user"),
+)
+
+# Decayed usage per association node (user '' for an account), decayed lazily:
+# usage * 2^(-elapsed/half_life) from updated_at, so a changed half-life keeps it.
+usage_totals = Table(
+    "usage_totals",
+    metadata,
+    Column("account", String(NAME), primary_key=True),
+    Column("user", String(NAME), primary_key=True),
+    Column("usage", Float, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("period_start", DateTime(timezone=True), nullable=False),
+)
+
+# Every charge, for windowed usage (the rank policy) and audits.
+usage_charges = Table(
+    "usage_charges",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("charged_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("owner", String(NAME), nullable=False),
+    Column("account", String(NAME), nullable=False),
+    Column("charge", Float, nullable=False),
 )
 
 # Written by the service's background work on its own schedule, never by a request.
