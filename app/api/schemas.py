@@ -64,6 +64,7 @@ class TaskQueue(BaseModel):
     vo: str
     cpu_time: int
     priority_class: int
+    job_class: str | None
     priority: float
     priority_origin: dict[str, Any] | None = Field(
         description="How the priority was made: policy, entity, its share, corrections, the TQ's weight."

@@ -49,6 +49,7 @@ task_queues = Table(
     Column("vo", String(NAME), nullable=False),
     Column("cpu_time", BigInteger, nullable=False),
     Column("priority_class", Integer, nullable=False),
+    Column("job_class", String(NAME)),
     Column("priority", Float, nullable=False),
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),

@@ -42,6 +42,7 @@ def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
         vo=spec.vo or settings.jobs.default_vo,
         cpu_time=requested_cpu_time(spec, settings),
         priority_class=spec.priority_class,
+        job_class=spec.job_class,
         buckets=settings.taskqueues.cpu_buckets,
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
     )

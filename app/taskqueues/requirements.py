@@ -49,6 +49,7 @@ class Requirements:
     vo: str
     cpu_time: int
     priority_class: int
+    job_class: str | None = None
     sites: tuple[str, ...] = ()
     banned_sites: tuple[str, ...] = ()
     grid_ces: tuple[str, ...] = ()
@@ -66,6 +67,7 @@ class Requirements:
         cpu_time: int,
         priority_class: int,
         buckets: Sequence[int],
+        job_class: str | None = None,
         **multi_values: Iterable[str] | None,
     ) -> Requirements:
         unknown = set(multi_values) - set(MULTI_VALUE_FIELDS)
@@ -77,6 +79,7 @@ class Requirements:
             vo=vo,
             cpu_time=bucket_cpu_time(cpu_time, buckets),
             priority_class=priority_class,
+            job_class=job_class,
             **{
                 field: normalise_values(
                     multi_values.get(field), wildcard=field in WILDCARD_FIELDS

@@ -75,6 +75,7 @@ async def _insert_new(
                 "vo": r.vo,
                 "cpu_time": r.cpu_time,
                 "priority_class": r.priority_class,
+                "job_class": r.job_class,
                 "priority": INITIAL_PRIORITY,
                 "created_at": now,
             }
@@ -179,6 +180,7 @@ def _tq_dict(row: Any) -> dict[str, Any]:
         "vo": row.vo,
         "cpu_time": row.cpu_time,
         "priority_class": row.priority_class,
+        "job_class": row.job_class,
         "priority": row.priority,
         "priority_origin": row.priority_origin,
         "jobs": row.jobs,

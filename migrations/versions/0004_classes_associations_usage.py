@@ -1,4 +1,4 @@
-"""Job classes, the association tree, decayed usage totals and the charge log.
+"""Job classes (and the TQ key part), the association tree, decayed usage totals and the charge log.
 
 Revision ID: 0004
 Revises: 0003
@@ -21,6 +21,9 @@ When = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
+    # jobs of different classes never share a TQ (the class sets their queue factor)
+    with op.batch_alter_table("task_queues") as batch:
+        batch.add_column(sa.Column("job_class", Name, nullable=True))
     op.create_table(
         "job_classes",
         sa.Column("name", Name, nullable=False),
@@ -71,3 +74,5 @@ def downgrade() -> None:
     op.drop_table("usage_totals")
     op.drop_table("associations")
     op.drop_table("job_classes")
+    with op.batch_alter_table("task_queues") as batch:
+        batch.drop_column("job_class")
