@@ -568,6 +568,78 @@ def shortened(values: Iterable[str]) -> str:
     return ", ".join(values[:SHOWN_VALUES]) + (f" (+{extra})" if extra > 0 else "")
 
 
+# --- associations -----------------------------------------------------------
+
+associations_cli = typer.Typer(help="The Slurm association tree (sacctmgr format).", no_args_is_help=True)
+cli.add_typer(associations_cli, name="associations")
+
+SACCTMGR_COMMAND = "sacctmgr -n -p show assoc cluster=X format=account,share,parentn,user"
+
+
+@associations_cli.command("import")
+def associations_import(
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE", show_default=False, help=f"The output of `{SACCTMGR_COMMAND}`; - reads stdin."
+        ),
+    ],
+    url: UrlOption = None,
+) -> None:
+    """Replace the whole association tree with a sacctmgr dump.
+
+    All or nothing: a dump with a wrong line is refused, naming the line, and the tree stays as it was.
+    """
+    text = read_dump(file)
+    response = call_api_text(service_url(url), "PUT", "/associations", content=text)
+    answer = response.json()
+    if stdout_is_tty():
+        typer.echo(f"imported {answer['associations']} associations")
+    else:
+        print_json(answer)
+
+
+@associations_cli.command("export")
+def associations_export(url: UrlOption = None) -> None:
+    """Print the association tree as a sacctmgr dump, byte for byte the text imported."""
+    response = call_api_text(service_url(url), "GET", "/associations")
+    # not typer.echo: the text must reach stdout unchanged, with no newline added
+    sys.stdout.write(response.text)
+    sys.stdout.flush()
+
+
+def read_dump(file: str) -> str:
+    """The file's exact text: bytes decoded, line endings untouched (the server judges them)."""
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_USAGE)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{file} is not UTF-8 text: {exc.reason} at byte {exc.start}", EXIT_USAGE)
+
+
+def call_api_text(url: str, method: str, path: str, content: str | None = None) -> httpx.Response:
+    """call_api for a text/plain body and answer; any failure ends the command with a one-line message."""
+    headers = {"accept": "text/plain, application/json"}
+    if content is not None:
+        headers["content-type"] = "text/plain; charset=utf-8"
+    try:
+        response = httpx.request(
+            method, f"{url}{API_PREFIX}{path}", content=content, headers=headers, timeout=HTTP_TIMEOUT
+        )
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        fail(f"--url {url!r} is not a usable URL: {exc}", EXIT_USAGE)
+    except httpx.ConnectError as exc:
+        fail(f"cannot connect to fairmatch at {url} ({exc}); is `fairmatch serve` running there?")
+    except httpx.TransportError as exc:
+        fail(f"no answer from fairmatch at {url}: {type(exc).__name__} {exc}".rstrip())
+    if response.is_error:
+        fail(problem_message(response))
+    return response
+
+
 def main() -> None:
     cli()
 

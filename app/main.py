@@ -13,8 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app as package
 from app import background
+from app.api import associations as associations_api
 from app.api import groups as groups_api
-from app.api import health, jobs, limits, matching, openapi, priorities, problems
+from app.api import health, job_classes, jobs, limits, matching, openapi, priorities, problems
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
@@ -83,6 +84,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(groups_api.router, prefix=API_PREFIX)
+    app.include_router(associations_api.router, prefix=API_PREFIX)
+    app.include_router(job_classes.router, prefix=API_PREFIX)
     app.include_router(matching.router, prefix=API_PREFIX)
     app.include_router(priorities.router, prefix=API_PREFIX)
     app.include_router(health.router)

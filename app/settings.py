@@ -124,11 +124,12 @@ class TaskQueueSettings(Section):
 
 
 class MatchingSettings(Section):
-    lottery: Lottery = Field(
-        Lottery.exact,
+    lottery: Lottery | None = Field(
+        None,
         description="How a task queue is drawn among the finalists: `exact` "
         "(P proportional to priority), `dirac` (DIRAC's RAND()/Priority, biased) or "
-        "`highest` (deterministic, random tie-break).",
+        "`highest` (deterministic, random tie-break). Unset: the policy's own "
+        "(dirac: exact; rank and multifactor: highest).",
     )
     prefer_longest_cpu: bool = Field(
         True, description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket."
@@ -230,6 +231,9 @@ class GroupSettings(Section):
     priority: int = 0
 
 
+POLICY_LOTTERY = {"dirac": Lottery.exact, "rank": Lottery.highest, "multifactor": Lottery.highest}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="FAIRMATCH_",
@@ -252,6 +256,12 @@ class Settings(BaseSettings):
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
     )
+
+    @model_validator(mode="after")
+    def _lottery_of_the_policy(self) -> Settings:
+        if self.matching.lottery is None:
+            self.matching.lottery = POLICY_LOTTERY[self.priority.policy]
+        return self
 
     @classmethod
     def settings_customise_sources(

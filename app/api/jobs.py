@@ -1,9 +1,10 @@
-"""/jobs: submit, read, list, report status, kill."""
+"""/jobs: submit, read, list, change priorities, report status, kill."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -13,7 +14,8 @@ from app.api.schemas import Job, JobPage, SubmitResponse
 from app.auth import policy
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
-from app.jobs import store
+from app.jobs import classes, store
+from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest
 
@@ -43,8 +45,13 @@ def decode_cursor(cursor: str) -> int:
 async def submit_jobs(
     body: SubmitRequest, conn: Connection, settings: CurrentSettings, caller: Caller
 ) -> dict:
-    """All jobs are queued, or none is."""
-    specs = policy.check_submission(caller, body.jobs)
+    """All jobs are queued, or none is. A job naming a job class gets its default
+    priority class and is held to its access lists and maximum (DESIGN §4.5)."""
+    policy.check_submitter(caller)
+    # read before the submission's transaction: a class replaced in between acts as if
+    # it had been replaced just after this submission
+    named = await classes.load_named(conn, (spec.job_class for spec in body.jobs))
+    specs = policy.check_submission(caller, body.jobs, named)
     if len(body.jobs) > settings.jobs.max_batch:
         raise InvalidInput(
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
@@ -79,6 +86,31 @@ async def list_jobs(
 @router.get("/{job_id}", response_model=Job, summary="One job")
 async def get_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
     return await store.get(conn, job_id, policy.job_scope(caller))
+
+
+@router.patch(
+    "/{job_id}",
+    response_model=Job,
+    responses={
+        409: {
+            "description": "The job is final (Done, Failed, Killed): its priority can no longer change.",
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    },
+    summary="Change a job's user priority and/or priority class",
+)
+async def change_priority(
+    job_id: JobId, body: PriorityChange, conn: Connection, settings: CurrentSettings, caller: Caller
+) -> dict:
+    """Users may only lower the priority class of their own jobs and set the user
+    priority 0..10; admins and operators may set anything. A Waiting job moves to
+    the task queue of its new class at once; any other non-final job keeps the
+    values for when it is rescheduled."""
+    policy.check_priority_changer(caller)
+    check_class = partial(policy.check_class_change, caller, requested=body.priority_class)
+    return await store.change_priority(
+        conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
+    )
 
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")

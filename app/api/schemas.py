@@ -119,7 +119,14 @@ class PriorityRun(BaseModel):
     policy: str
     tq_weight: str
     corrections_enabled: bool
-    entities: list[EntityShare]
+    entities: list[EntityShare] = Field(description="dirac: the sharing entities.")
+    task_queue_priorities: list[dict[str, Any]] = Field(
+        description="Every TQ's priority and how it was made (the policy's terms or factors)."
+    )
+    window_days: float | None = Field(None, description="rank: the usage window.")
+    associations: list[dict[str, Any]] | None = Field(
+        None, description="multifactor: the association tree with shares, usage and fair-share factors."
+    )
     corrections: dict[str, Any] = Field(
         description="Per corrector instance: per slice the shares, usage and corrections; the final factors."
     )
@@ -127,3 +134,28 @@ class PriorityRun(BaseModel):
 
 class RecomputeResult(PriorityRun):
     changed: int = Field(description="TQs whose priority or explanation changed.")
+
+
+class QueuePriority(BaseModel):
+    task_queue_id: int
+    owner: str
+    owner_group: str
+    priority_class: int
+    priority: float
+    origin: dict[str, Any] | None = Field(description="The policy's terms or factors, weights and contributions.")
+
+
+class JobPriority(BaseModel):
+    job_id: int
+    task_queue_id: int
+    user_priority: int
+    real_priority: float
+    priority_class: int
+    task_queue_priority: float
+
+
+class Priorities(BaseModel):
+    policy: str
+    lottery: str
+    task_queues: list[QueuePriority]
+    jobs: list[JobPriority]

@@ -6,9 +6,10 @@ does the same), so a kill racing a match cannot deadlock.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,11 +17,13 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.accounting import usage as accounting
 from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
 from app.db.engine import read_transaction
 from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, match_requests, tq_jobs
 from app.errors import Conflict, InvalidInput, NotFound
+from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import FINAL, JobStatus, allowed
 from app.jobs.models import JobSpec, StatusUpdate
 from app.priority import service as priority_service
@@ -275,6 +278,8 @@ async def report_status(
         ).one()
         if new is not current:  # a heartbeat is not an event
             await _record_events(conn, [job_id], new, now, "api", report.minor_status)
+        if new in (JobStatus.Done, JobStatus.Failed):  # charged with the transition, or not at all
+            await accounting.charge(conn, row, now, settings)
     return job_dict(row)
 
 
@@ -429,3 +434,106 @@ async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings,
 
 def lease_until(now: datetime, settings: Settings) -> datetime:
     return now + timedelta(seconds=settings.jobs.matched_lease_seconds)
+
+
+# --- PATCH: a new user priority and/or priority class --------------------------------
+
+PRIORITY_CHANGE_ATTEMPTS = 3
+
+
+class _CaughtMidTransition(Exception):
+    """The job was between Waiting and another state when looked at: look again."""
+
+
+async def change_priority(
+    conn: AsyncConnection,
+    job_id: int,
+    change: PriorityChange,
+    settings: Settings,
+    *,
+    check_class: Callable[[int], None],
+    scope: JobScope = UNRESTRICTED,
+) -> dict[str, Any]:
+    """Store a new user priority and/or priority class, moving a Waiting job to its new TQ.
+
+    `check_class(current_class)` runs under the row lock and raises when the
+    caller may not make this change (a user raising the class). The job's
+    requirements are updated too, so a later reschedule queues it in the
+    right TQ. Final jobs are a 409.
+    """
+    now = utcnow()
+    for _ in range(PRIORITY_CHANGE_ATTEMPTS):
+        try:
+            async with conn.begin():
+                row, left_tq = await _change_priority_locked(conn, job_id, change, now, check_class, scope)
+            break
+        except _CaughtMidTransition:
+            continue
+    else:
+        raise Conflict(f"job {job_id} kept changing state; try again")
+    if row.status == JobStatus.Waiting:
+        if left_tq is not None:
+            await tq_store.delete_if_empty(conn, left_tq)
+        # the TQ weights depend on the jobs' real priorities, and a new TQ needs one now
+        await _refresh_priorities(conn, settings, {row.owner_group})
+    return job_dict(row)
+
+
+async def _change_priority_locked(
+    conn: AsyncConnection,
+    job_id: int,
+    change: PriorityChange,
+    now: datetime,
+    check_class: Callable[[int], None],
+    scope: JobScope,
+) -> tuple[Any, int | None]:
+    """Inside the caller's transaction: (the updated jobs row, the TQ the job left or None)."""
+    # tq_jobs row before jobs row (module docstring): a claim racing us either
+    # skips this job or has already taken it, and then the job is no longer Waiting
+    queued_in = (
+        await conn.execute(select(tq_jobs.c.tq_id).where(tq_jobs.c.job_id == job_id).with_for_update())
+    ).scalar()
+    job = (await conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())).first()
+    if job is None or not scope.sees(job):
+        raise _missing(job_id)
+    status = JobStatus(job.status)
+    if status in FINAL:
+        raise Conflict(
+            f"job {job_id} is {status.value}: its priority can no longer change", current_status=status.value
+        )
+    if (status is JobStatus.Waiting) != (queued_in is not None):
+        raise _CaughtMidTransition  # e.g. a reschedule committed between our two reads
+    check_class(job.priority_class)
+    new_class = job.priority_class if change.priority_class is None else change.priority_class
+    new_user_priority = job.user_priority if change.user_priority is None else change.user_priority
+    reqs = dataclasses.replace(Requirements.from_json(job.requirements), priority_class=new_class)
+    values: dict[str, Any] = {
+        "priority_class": new_class,
+        "user_priority": new_user_priority,
+        "requirements": reqs.to_json(),
+    }
+    left_tq = None
+    if queued_in is not None:
+        values["task_queue_id"] = await _requeue(conn, job_id, reqs, new_user_priority, now)
+        left_tq = queued_in if queued_in != values["task_queue_id"] else None
+    row = (await conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values).returning(jobs))).one()
+    what = (
+        f"priority_class {job.priority_class}->{new_class}, "
+        f"user_priority {job.user_priority}->{new_user_priority}"
+    )
+    await _record_events(conn, [job_id], status, now, "priority", what)
+    return row, left_tq
+
+
+async def _requeue(
+    conn: AsyncConnection, job_id: int, reqs: Requirements, user_priority: int, now: datetime
+) -> int:
+    """Point the job's (locked) tq_jobs row at the TQ of `reqs` with its new level; the TQ id."""
+    found, _ = await tq_store.find_or_create(conn, [reqs], now)
+    tq_id = found[reqs.hash]
+    await conn.execute(
+        update(tq_jobs)
+        .where(tq_jobs.c.job_id == job_id)
+        .values(tq_id=tq_id, user_priority=user_priority, real_priority=real_priority(user_priority))
+    )
+    return tq_id

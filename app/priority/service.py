@@ -8,20 +8,24 @@ interval ago, so N replicas still recompute once per interval.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.accounting import usage
 from app.clock import as_utc, utcnow
 from app.db.advisory import lock, try_lock
-from app.db.tables import groups, priority_runs, task_queues, tq_jobs
-from app.priority import corrector, dirac, dirac_cfg, history
+from app.db.tables import groups, jobs, priority_runs, task_queues, tq_jobs
+from app.priority import corrector, dirac, dirac_cfg, history, rank
 from app.priority.corrections_config import CorrectionsConfig
+from app.priority.facts import TqFacts
 from app.settings import PrioritySettings, Settings
 
 PRIORITY_LOCK = 7_100_001
+NO_CORRECTIONS = CorrectionsConfig()
 KEEP_RUNS = 100  # the run history kept for GET /shares and for operators
 
 
@@ -42,16 +46,23 @@ async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = No
         func.count().label("jobs"),
         func.avg(tq_jobs.c.real_priority).label("avg_rp"),
         func.sum(tq_jobs.c.real_priority).label("sum_rp"),
+        # ids grow with submission: the lowest is the oldest waiting job
+        func.min(tq_jobs.c.job_id).label("oldest_job"),
     ).group_by(tq_jobs.c.tq_id)
     if only_groups is not None:
         # filter before aggregating: the planner cannot push it through the GROUP BY
         in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
         waiting = waiting.where(tq_jobs.c.tq_id.in_(in_groups))
     waiting = waiting.subquery()
-    stmt = select(
-        tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority, tq.c.priority_origin,
-        waiting.c.jobs, waiting.c.avg_rp, waiting.c.sum_rp,
-    ).join(waiting, waiting.c.tq_id == tq.c.id)  # fmt: skip
+    stmt = (
+        select(
+            tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
+            tq.c.job_class, tq.c.priority, tq.c.priority_origin,
+            waiting.c.jobs, waiting.c.avg_rp, waiting.c.sum_rp, jobs.c.submitted_at,
+        )
+        .join(waiting, waiting.c.tq_id == tq.c.id)
+        .join(jobs, jobs.c.id == waiting.c.oldest_job)
+    )  # fmt: skip
     return [row._asdict() for row in await conn.execute(stmt)]
 
 
@@ -60,6 +71,18 @@ async def _group_policies(conn: AsyncConnection) -> dict[str, dirac.GroupPolicy]
         select(groups.c.name, groups.c.job_share, groups.c.job_sharing, groups.c.allow_background_tqs)
     )
     return {name: dirac.GroupPolicy(share, sharing, background) for name, share, sharing, background in rows}
+
+
+def _facts(rows: list[dict]) -> list[TqFacts]:
+    return [
+        TqFacts(
+            tq_id=r["id"], owner=r["owner"], owner_group=r["owner_group"], vo=r["vo"], cpu_time=r["cpu_time"],
+            priority_class=r["priority_class"], job_class=r["job_class"], jobs=r["jobs"],
+            avg_real_priority=float(r["avg_rp"]), sum_real_priority=float(r["sum_rp"]),
+            oldest_submitted_at=as_utc(r["submitted_at"]),
+        )  # fmt: skip
+        for r in rows
+    ]
 
 
 def _tq_loads(rows: list[dict]) -> list[dirac.TqLoad]:
@@ -105,12 +128,21 @@ async def _corrections(
     return group_factors, user_factors, explained
 
 
-async def _apply(conn: AsyncConnection, rows: list[dict], decision: dirac.Decision) -> int:
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A policy's decision: priority and explanation per TQ, and what the run report adds."""
+
+    priorities: dict[int, float]
+    origins: dict[int, dict[str, Any]]
+    report: dict[str, Any]
+
+
+async def _apply(conn: AsyncConnection, rows: list[dict], outcome: Outcome) -> int:
     """Write the priorities that changed, in id order (a stable lock order)."""
     changes = [
-        {"tq": r["id"], "priority": decision.priorities[r["id"]], "origin": decision.origins[r["id"]]}
+        {"tq": r["id"], "priority": outcome.priorities[r["id"]], "origin": outcome.origins[r["id"]]}
         for r in sorted(rows, key=lambda r: r["id"])
-        if r["priority"] != decision.priorities[r["id"]] or r["priority_origin"] != decision.origins[r["id"]]
+        if r["priority"] != outcome.priorities[r["id"]] or r["priority_origin"] != outcome.origins[r["id"]]
     ]
     if changes:
         await conn.execute(
@@ -122,13 +154,9 @@ async def _apply(conn: AsyncConnection, rows: list[dict], decision: dirac.Decisi
     return len(changes)
 
 
-def _report(
-    settings: Settings, decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool
-) -> dict[str, Any]:
+def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool) -> dict[str, Any]:
     total = sum(e.share for e in decision.entities) or 1.0
     return {
-        "policy": settings.priority.policy,
-        "tq_weight": settings.priority.tq_weight,
         "corrections_enabled": corrections_on,
         "entities": [
             {
@@ -149,6 +177,48 @@ def _report(
     }
 
 
+async def _decide_dirac(
+    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+) -> Outcome:
+    loads = _tq_loads(rows)
+    policies = await _group_policies(conn)
+    corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
+    group_factors, user_factors, explained = (
+        await _corrections(conn, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
+    )
+    decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
+    return Outcome(decision.priorities, decision.origins, _dirac_report(decision, explained, corrections_on))
+
+
+async def _decide_rank(
+    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+) -> Outcome:
+    window = settings.priority.rank.window_days
+    groups_by_name = {
+        name: rank.RankGroup(job_share=share, priority=level)
+        for name, share, level in await conn.execute(select(groups.c.name, groups.c.job_share, groups.c.priority))
+    }
+    used = await usage.windowed_usage(conn, now - timedelta(days=window))
+    decided = rank.decide(_facts(rows), groups_by_name, used, settings.priority.rank)
+    return Outcome(
+        {tq: p for tq, (p, _) in decided.items()},
+        {tq: origin for tq, (_, origin) in decided.items()},
+        {"window_days": window},
+    )
+
+
+DECIDERS = {"dirac": _decide_dirac, "rank": _decide_rank}
+
+
+def _task_queue_report(rows: list[dict], outcome: Outcome) -> list[dict[str, Any]]:
+    return [
+        {"task_queue_id": r["id"], "owner": r["owner"], "owner_group": r["owner_group"],
+         "priority_class": r["priority_class"], "priority": outcome.priorities[r["id"]],
+         "origin": outcome.origins[r["id"]]}
+        for r in sorted(rows, key=lambda r: r["id"])
+    ]  # fmt: skip
+
+
 async def recompute(
     conn: AsyncConnection,
     settings: Settings,
@@ -167,16 +237,18 @@ async def recompute(
             await lock(conn, PRIORITY_LOCK)
         started = utcnow()  # the run starts once it holds the lock
         rows = await _loads(conn)
-        loads = _tq_loads(rows)
-        policies = await _group_policies(conn)
-        corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
-        group_factors, user_factors, explained = (
-            await _corrections(conn, corrections, loads, policies, started) if corrections_on else ({}, {}, {})
-        )
-        decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
-        changed = await _apply(conn, rows, decision)
+        outcome = await DECIDERS[settings.priority.policy](conn, settings, corrections, rows, started)
+        changed = await _apply(conn, rows, outcome)
         finished = utcnow()
-        report = _report(settings, decision, explained, corrections_on)
+        report = {
+            "policy": settings.priority.policy,
+            "tq_weight": settings.priority.tq_weight,
+            "corrections_enabled": False,
+            "entities": [],
+            "corrections": {},
+            **outcome.report,
+            "task_queue_priorities": _task_queue_report(rows, outcome),
+        }
         run_id = (
             await conn.execute(
                 insert(priority_runs).values(
@@ -202,10 +274,20 @@ async def _ran_recently(conn: AsyncConnection, now: datetime, settings: Settings
 
 
 async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
-    """Provisional priorities for groups that just got new TQs: the policy over those
-    groups with the corrections of the last full run (the loop refines them)."""
+    """Provisional priorities for groups that just got new TQs.
+
+    dirac: the policy over those groups with the last full run's corrections.
+    rank and multifactor place every TQ relative to all others, so they
+    decide over everything (without recording a run). The loop refines both.
+    """
     async with conn.begin():
         await lock(conn, PRIORITY_LOCK)
+        now = utcnow()
+        if settings.priority.policy != "dirac":
+            rows = await _loads(conn)
+            if rows:
+                await _apply(conn, rows, await DECIDERS[settings.priority.policy](conn, settings, NO_CORRECTIONS, rows, now))
+            return
         rows = await _loads(conn, group_names)
         if not rows:
             return
@@ -213,7 +295,7 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
         group_factors, user_factors = _factors_of(last["report"] if last else None)
         policies = await _group_policies(conn)
         decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, group_factors, user_factors)
-        await _apply(conn, rows, decision)
+        await _apply(conn, rows, Outcome(decision.priorities, decision.origins, {}))
 
 
 def _factors_of(report: dict | None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:

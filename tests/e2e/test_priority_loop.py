@@ -55,6 +55,9 @@ def test_forced_runs_from_two_processes_wait_for_each_other(server_factory, clea
     servers = [server_factory(PRIORITY__INTERVAL_SECONDS="3600") for _ in range(2)]
     with servers[0].client() as api:
         api.post("/jobs", json={"jobs": [{"owner": f"o{i}", "owner_group": f"g{i % 4}"} for i in range(200)]})
+    # the servers' own first run comes a second after start: let it pass first
+    assert wait_for(lambda: len(_parsed(clean)) >= 1, seconds=10)
+    time.sleep(1.5)
     before = len(_parsed(clean))
     answers: list[int] = []
 

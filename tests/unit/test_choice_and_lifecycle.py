@@ -24,7 +24,7 @@ def test_priority_class_is_strict_then_longest_cpu():
 
 def test_a_higher_class_wins_whatever_the_priorities():
     boosted = TQS + [Candidate(5, priority_class=1, cpu_time=360, priority=0.001)]
-    settings = MatchingSettings()
+    settings = MatchingSettings(lottery=Lottery.exact)
     assert {choose(boosted, settings, random.Random(s)).tq_id for s in range(200)} == {5}
 
 
@@ -34,7 +34,7 @@ def test_chances_cover_finalists_only():
 
 
 def test_choose_follows_chances():
-    settings = MatchingSettings(prefer_longest_cpu=False)
+    settings = MatchingSettings(lottery=Lottery.exact, prefer_longest_cpu=False)
     rng = random.Random(11)
     wins = Counter(choose(TQS, settings, rng).tq_id for _ in range(20_000))
     for tq_id, p in chances(TQS, settings).items():
@@ -42,7 +42,7 @@ def test_choose_follows_chances():
 
 
 def test_nothing_eligible_chooses_nothing():
-    assert choose([], MatchingSettings(), random.Random(1)) is None
+    assert choose([], MatchingSettings(lottery=Lottery.exact), random.Random(1)) is None
 
 
 LEGAL = {

@@ -9,7 +9,7 @@ from app.settings import DIRAC_CPU_BUCKETS, ConfigFileError, Lottery, Settings
 @pytest.fixture
 def no_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no config/fairmatch.toml here
-    for var in ("FAIRMATCH_CONFIG", "FAIRMATCH_DATABASE_URL", "FAIRMATCH_MATCHING__LOTTERY"):
+    for var in ("FAIRMATCH_CONFIG", "FAIRMATCH_DATABASE_URL", "FAIRMATCH_MATCHING__LOTTERY", "FAIRMATCH_PRIORITY__POLICY"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
@@ -70,3 +70,13 @@ def test_unknown_lottery_and_unknown_keys_are_errors(no_config, monkeypatch):
     monkeypatch.setenv("FAIRMATCH_CONFIG", str(no_config / "f.toml"))
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("policy", "lottery"), [("dirac", Lottery.exact), ("rank", Lottery.highest), ("multifactor", Lottery.highest)]
+)
+def test_the_lottery_defaults_to_the_policys_own(no_config, monkeypatch, policy, lottery):
+    monkeypatch.setenv("FAIRMATCH_PRIORITY__POLICY", policy)
+    assert Settings().matching.lottery is lottery
+    monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERY", "dirac")
+    assert Settings().matching.lottery is Lottery.dirac  # an explicit choice wins

@@ -1,0 +1,1 @@
+"""Slurm-style accounting: the association tree and what is charged to it."""

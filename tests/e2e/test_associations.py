@@ -1,0 +1,234 @@
+"""/associations and `fairmatch associations` over real HTTP, on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.auth.tokens import Role, create_token
+from app.settings import AuthSettings
+from tests.conftest import start_server
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
+FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of the running venv
+SECRET = "associations test secret, long enough for HS256"
+TEXT = {"content-type": "text/plain; charset=utf-8"}
+SMALL = "root|1|||\nvo|1|root||\nvo|1||alice|\n"
+
+
+@pytest.fixture(scope="module")
+def dump() -> str:
+    return FIXTURE.read_text(encoding="utf-8")
+
+
+def put_text(client: httpx.Client, text: str) -> httpx.Response:
+    return client.put("/associations", content=text.encode(), headers=TEXT)
+
+
+def exported(client: httpx.Client) -> httpx.Response:
+    r = client.get("/associations")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    return r
+
+
+def assert_problem(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    return r.json()
+
+
+def row_count(clean) -> int:
+    engine = clean.engine()
+    with engine.connect() as conn:
+        count = conn.exec_driver_sql("SELECT count(*) FROM associations").scalar()
+    engine.dispose()
+    return count
+
+
+# --- PUT then GET -------------------------------------------------------------------
+
+
+def test_put_then_get_gives_the_same_bytes(client, dump, clean):
+    r = put_text(client, dump)
+
+    assert r.status_code == 200, r.text
+    assert r.json() == {"associations": 52}
+    assert exported(client).content == dump.encode()
+    assert row_count(clean) == 52
+
+
+def test_get_before_any_import_is_empty(client):
+    assert exported(client).content == b""
+
+
+def test_put_replaces_the_whole_tree(client):
+    put_text(client, SMALL + "vo|1||bob|\n")
+    assert put_text(client, SMALL).json() == {"associations": 3}
+    assert exported(client).text == SMALL
+
+
+def test_json_body_is_accepted_too(client, dump):
+    r = client.put("/associations", json={"sacctmgr": dump})
+
+    assert r.status_code == 200, r.text
+    assert exported(client).text == dump
+
+
+def test_any_other_content_type_is_the_text(client):
+    r = client.put("/associations", content=SMALL.encode(), headers={"content-type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    assert exported(client).text == SMALL
+
+
+def test_get_as_json_shows_rows_and_normalised_shares(client, dump):
+    put_text(client, dump)
+
+    r = client.get("/associations", headers={"accept": "application/json"})
+
+    assert r.status_code == 200, r.text
+    rows = r.json()["associations"]
+    assert len(rows) == 52
+    assert rows[7] == {"line": 8, "account": "lhcb_user", "user": "alice", "parent": "", "shares": "4",
+                       "normalised_share": pytest.approx(0.036)}  # fmt: skip
+    sgm = next(row for row in rows if row["user"] == "lbsgm")
+    assert (sgm["shares"], sgm["normalised_share"]) == ("parent", pytest.approx(0.12))
+
+
+# --- refusals: nothing changes --------------------------------------------------------
+
+
+def test_a_broken_dump_is_refused_naming_the_line_and_the_tree_stays(client, dump, clean):
+    put_text(client, dump)
+    broken = dump.replace("atlas_user|25|atlas||\n", "atlas_user|25|atlsa||\n")
+    line = broken.split("\n").index("atlas_user|25|atlsa||") + 1
+
+    problem = assert_problem(put_text(client, broken), 422)
+
+    assert problem["detail"].startswith(f"line {line}: unknown parent account 'atlsa'")
+    assert problem["errors"] == [{"loc": ["body", "line", line], "msg": "unknown parent account 'atlsa'",
+                                  "type": "invalid_association", "line": line,
+                                  "content": "atlas_user|25|atlsa||"}]  # fmt: skip
+    assert exported(client).text == dump
+    assert row_count(clean) == 52
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "line 1: the dump is empty"),
+        ("root|1|||\nvo|-1|root||\n", "line 2: negative shares -1"),
+        ("root|1|||\nvo|1|root|\n", "line 2: missing the trailing '|'"),
+        ("root|1|||\r\nvo|1|root||\r\n", "line 1: the line ends in a carriage return"),
+        ("root|1|||\nvo|1||alice|\n", "line 2: the account 'vo' of user 'alice' does not exist"),
+    ],
+)
+def test_other_broken_dumps_change_nothing(client, text, fragment):
+    put_text(client, SMALL)
+
+    problem = assert_problem(put_text(client, text), 422)
+
+    assert fragment in problem["detail"]
+    assert exported(client).text == SMALL
+
+
+def test_bad_bodies_are_problems_not_errors(client):
+    assert_problem(client.put("/associations", content=b"\xff\xfe", headers=TEXT), 422)
+    assert_problem(client.put("/associations", content=b"{nope", headers={"content-type": "application/json"}), 400)
+    assert_problem(client.put("/associations", json={"dump": SMALL}), 422)
+    assert_problem(client.put("/associations", json=[SMALL]), 422)
+    assert_problem(client.put("/associations", json={"sacctmgr": 42}), 422)
+    assert exported(client).text == ""
+
+
+# --- roles ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def token_server(database, tmp_path_factory):
+    srv = start_server(database, tmp_path_factory.mktemp("assoc"), AUTH__MODE="token", AUTH__SECRET=SECRET)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def as_role(token_server, clean) -> Callable[..., httpx.Client]:
+    clients: list[httpx.Client] = []
+
+    def make(role: str, **claims: Any) -> httpx.Client:
+        token = create_token(AuthSettings(mode="token", secret=SECRET), role=Role(role), sub="someone",
+                             ttl_seconds=600, **claims)  # fmt: skip
+        c = token_server.client(headers={"Authorization": f"Bearer {token}"})
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+def test_only_admin_imports_admin_and_operator_export(as_role):
+    assert put_text(as_role("admin"), SMALL).status_code == 200
+    for role in ("operator", "user", "pilot"):
+        assert_problem(put_text(as_role(role), "root|1|||\n"), 403)
+    for role in ("admin", "operator"):
+        assert exported(as_role(role)).text == SMALL
+    for role in ("user", "pilot"):
+        assert_problem(as_role(role).get("/associations"), 403)
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+@pytest.fixture
+def fairmatch(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
+    env["FAIRMATCH_CONFIG"] = str(config)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(FAIRMATCH), *args], env=env, cwd=tmp_path, capture_output=True, timeout=30)
+
+    return run
+
+
+def test_cli_import_then_export_round_trips(fairmatch, server, clean, dump):
+    imported = fairmatch("associations", "import", str(FIXTURE), "--url", server.url)
+
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout) == {"associations": 52}
+    exported_now = fairmatch("associations", "export", "--url", server.url)
+    assert exported_now.returncode == 0, exported_now.stderr
+    assert exported_now.stdout == FIXTURE.read_bytes()
+
+
+def test_cli_import_of_a_broken_dump_names_the_line(fairmatch, server, clean, dump, tmp_path):
+    fairmatch("associations", "import", str(FIXTURE), "--url", server.url)
+    broken = tmp_path / "broken.txt"
+    broken.write_bytes(FIXTURE.read_bytes().replace(b"lhcb_user|4||alice|", b"lhcb_user|four||alice|"))
+
+    result = fairmatch("associations", "import", str(broken), "--url", server.url)
+
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: Invalid input: line 8: shares 'four' are neither")
+    assert fairmatch("associations", "export", "--url", server.url).stdout == FIXTURE.read_bytes()
+
+
+def test_cli_usage_errors(fairmatch, tmp_path, server):
+    missing = fairmatch("associations", "import", str(tmp_path / "missing.txt"), "--url", server.url)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("root|1|||\nécole|1|root||\n".encode("latin-1"))
+    not_utf8 = fairmatch("associations", "import", str(latin1), "--url", server.url)
+
+    for result, fragment in ((missing, "cannot read"), (not_utf8, "is not UTF-8 text")):
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.decode().startswith("error: ") and fragment in result.stderr.decode()
