@@ -13,9 +13,11 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.accounting import usage
 from app.clock import utcnow
 from app.jobs import store as job_store
 from app.priority import history
@@ -62,7 +64,11 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         return None if run is None else run["changed"]
 
     async def sample(conn: AsyncConnection) -> bool:
-        return await history.sample(conn, utcnow(), p.sample_seconds, keep_seconds=max(keep, 3600))
+        now = utcnow()
+        took = await history.sample(conn, now, p.sample_seconds, keep_seconds=max(keep, 3600))
+        if took:  # the charge log only serves the rank policy's window
+            await usage.prune_charges(conn, now - timedelta(days=p.rank.window_days))
+        return took
 
     return [
         asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,

@@ -15,7 +15,16 @@ import app as package
 from app import background
 from app.api import associations as associations_api
 from app.api import groups as groups_api
-from app.api import health, job_classes, jobs, limits, matching, openapi, priorities, problems
+from app.api import (
+    health,
+    job_classes,
+    jobs,
+    limits,
+    matching,
+    openapi,
+    priorities,
+    problems,
+)
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import as_utc
@@ -166,7 +166,7 @@ async def _add(
 
 
 def _job_field(job_row: Any, name: str) -> Any:
-    return job_row[name] if isinstance(job_row, dict) else getattr(job_row, name, None)
+    return job_row.get(name) if isinstance(job_row, dict) else getattr(job_row, name, None)
 
 
 async def charge(
@@ -230,3 +230,10 @@ async def windowed_usage(conn: AsyncConnection, since: datetime) -> list[Windowe
         .order_by(c.vo, c.owner_group, c.owner)
     )
     return [WindowedUsage(vo, group, owner, float(total)) for vo, group, owner, total in rows]
+
+
+async def prune_charges(conn: AsyncConnection, before: datetime) -> int:
+    """Forget charges older than any window that reads them (totals keep their decayed sums)."""
+    async with conn.begin():
+        result = await conn.execute(delete(usage_charges).where(usage_charges.c.charged_at < before))
+    return result.rowcount

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,6 +33,8 @@ from app.errors import InvalidInput
 router = APIRouter(prefix="/associations", tags=["associations"])
 
 TEXT_PLAIN = "text/plain"
+# ~200 000 associations: far beyond any site, and bounded below the body limit's default
+MAX_DUMP_CHARS = 8 * 1024 * 1024
 EXAMPLE = "root|1|||\nroot|1||root|\nlhcb|60|root||\nlhcb|1||alice|\n"
 
 
@@ -40,7 +43,7 @@ class DumpBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sacctmgr: str = Field(description="The dump's text, exactly as sacctmgr printed it.")
+    sacctmgr: str = Field(max_length=MAX_DUMP_CHARS, description="The dump's text, exactly as sacctmgr printed it.")
 
 
 class ImportResult(BaseModel):
@@ -65,7 +68,7 @@ PUT_BODY: dict[str, Any] = {
         "required": True,
         "description": "The sacctmgr dump: one `account|shares|parent|user|` line per association.",
         "content": {
-            TEXT_PLAIN: {"schema": {"type": "string"}, "example": EXAMPLE},
+            TEXT_PLAIN: {"schema": {"type": "string", "maxLength": MAX_DUMP_CHARS}, "example": EXAMPLE},
             "application/json": {"schema": DumpBody.model_json_schema()},
         },
     }
@@ -92,7 +95,8 @@ async def put_associations(request: Request, conn: Connection, caller: Caller) -
     policy.require(caller, Role.admin)
     text = _dump_text(await request.body(), request.headers.get("content-type"))
     try:
-        rows = parse_sacctmgr(text)
+        # tens of thousands of lines take a while: off the event loop
+        rows = await run_in_threadpool(parse_sacctmgr, text)
     except AssociationError as exc:
         raise InvalidInput(str(exc), errors=_line_errors(exc)) from None
     return {"associations": await store.replace_associations(conn, rows)}
@@ -110,7 +114,7 @@ async def get_associations(request: Request, conn: Connection, caller: Caller) -
     policy.require(caller, Role.admin, Role.operator)
     rows = await store.load_associations(conn)
     if _wants_json(request.headers.get("accept", "")):
-        return JSONResponse(_as_json(rows))
+        return JSONResponse(await run_in_threadpool(_as_json, rows))
     return PlainTextResponse(export_sacctmgr(rows))
 
 
@@ -130,10 +134,16 @@ def _dump_text(body: bytes, content_type: str | None) -> str:
     if _is_json(content_type):
         return _from_json(body)
     try:
-        return body.decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        message = f"the body is not UTF-8 text (byte {exc.start})"
-        raise InvalidInput(message, errors=[{"loc": ["body"], "msg": message, "type": "unicode_decode"}]) from None
+        raise _body_error(f"the body is not UTF-8 text (byte {exc.start})", "unicode_decode") from None
+    if len(text) > MAX_DUMP_CHARS:
+        raise _body_error(f"the dump has {len(text)} characters, more than {MAX_DUMP_CHARS}", "string_too_long")
+    return text
+
+
+def _body_error(message: str, kind: str) -> InvalidInput:
+    return InvalidInput(message, errors=[{"loc": ["body"], "msg": message, "type": kind}])
 
 
 def _from_json(body: bytes) -> str:

@@ -32,7 +32,9 @@ class JobSpec(BaseModel):
     job_types: NameList = []
     tags: NameList = []
     user_priority: Int = Field(1, ge=0, le=10, description="0 = background, 10 = always first.")
-    priority_class: Int = Field(0, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX)
+    priority_class: Int | None = Field(
+        None, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX, description="None: the job class's default, or 0."
+    )
     job_class: Name | None = None
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
 

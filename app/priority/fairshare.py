@@ -6,29 +6,33 @@ None stands for sacctmgr's `FairShare=parent`. Usage is the decayed usage
 per node, each node holding its whole subtree's usage (charges go to every
 ancestor, see app.accounting.usage).
 
+Shares (both algorithms): a node's normalised share is the product, along
+its path from the root, of each node's shares over the shares of its level
+(itself and its siblings). A `parent`-shares node gives way to its children,
+who join its own level; it answers with the values of its nearest ancestor
+that has a number of shares (Slurm's FairShare=parent).
+
 Classic (https://slurm.schedmd.com/classic_fair_share.html, in our words):
-- A node's normalised share is the product, along its path from the root, of
-  each node's shares over the shares of it and its siblings.
-- Its normalised usage is its usage over the root's.
-- Its effective usage starts from its own normalised usage and is pulled
+- Normalised usage is the node's usage over the root's.
+- Effective usage starts from the node's own normalised usage and is pulled
   toward its parent's effective usage by its local share fraction:
-  U_eff = U_norm + (U_eff_parent - U_norm) * shares / siblings' shares.
+  U_eff = U_norm + (U_eff_parent - U_norm) * shares / level's shares.
   Directly below the root the effective usage is the normalised usage.
 - The factor is 2^(-U_eff / S_norm): 1.0 for a subtree nobody used, 0.5 at
-  share, below 0.5 when over-served. A `parent` node takes its parent's
-  normalised share and effective usage (so its parent's factor).
+  share, below 0.5 when over-served.
 
 Fair Tree (https://slurm.schedmd.com/fair_tree.html, in our words):
-- Each node gets a Level FS = S/U among its siblings only: S its shares over
-  the siblings' shares, U its usage over its parent's usage (infinite when it
-  used nothing; 0 with no shares; a `parent` node ranks first).
-- Siblings are visited by descending Level FS, depth first; users are ranked
+- Each node gets a Level FS = S/U within its level only: S its shares over
+  the level's shares, U its usage over its parent's usage (infinite when it
+  used nothing; 0 with no shares; a `parent`-shares user ranks first).
+- Levels are visited by descending Level FS, depth first; users are ranked
   in the order they are met, counting down from the number of users, and a
   user's factor is rank / number of users (the first gets 1.0).
-- Ties: sibling users with equal Level FS share a rank; on equal Level FS a
-  user goes before an account and the account's best user shares its rank;
-  sibling accounts with equal Level FS are descended as one merged list.
-  An account's factor is its best user's (what a new user in it would get).
+- Ties: users of a level with equal Level FS share a rank; on equal Level FS
+  a user goes before an account and the account's best user shares its
+  rank; accounts of a level with equal Level FS are descended as one merged
+  list. An account's factor is its best user's (what a newcomer there gets
+  at most).
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ NEUTRAL_FACTOR = 0.5  # an association we know nothing about counts as exactly a
 class ShareRow:
     """One line of sshare.
 
-    Classic: `norm_shares` is the share of the whole machine and
-    `effective_usage` Slurm's U_eff. Fair Tree, as Slurm's sshare shows it:
-    `norm_shares` is the fraction among siblings and `effective_usage` the
-    node's usage over its parent's.
+    `norm_shares` is the node's share of the whole machine under either
+    algorithm. `effective_usage` is Slurm's U_eff for classic, and for Fair
+    Tree the node's usage over the usage of where it competes (Slurm's sshare
+    shows that column too). `level_fs` is Fair Tree's only.
     """
 
     account: str
@@ -95,7 +99,12 @@ def is_user(node: Node) -> bool:
 
 
 class _Tree:
-    """Children lists, the root, subtree usage and local share fractions of a TreeInput."""
+    """Children lists, the root, subtree usage and the fair-share levels of a TreeInput.
+
+    A `parent`-shares node gives way to its children: they compete at the
+    level above it, as if their grandparent were their parent (Slurm's
+    FairShare=parent, and what app.accounting.associations.Tree computes).
+    """
 
     def __init__(self, tree: TreeInput, usage: Mapping[Node, float]) -> None:
         self.shares = {node: shares for node, (_, shares) in tree.items()}
@@ -112,6 +121,8 @@ class _Tree:
             self.children[up].append(node)
         self.order = list(self._depth_first(self.root, 0))
         self.usage = self._subtree_usage(usage)
+        self._levels: dict[Node, list[Node]] = {}
+        self._totals: dict[Node, float] = {}
 
     def _depth_first(self, node: Node, depth: int) -> Iterable[tuple[Node, int]]:
         stack = [(node, depth)]
@@ -133,20 +144,71 @@ class _Tree:
             total[node] = max(max(usage.get(node, 0.0), 0.0), below)
         return total
 
+    def uses_parent(self, node: Node) -> bool:
+        return node != self.root and self.shares.get(node, 1.0) is None
+
+    def fair_share_node(self, node: Node) -> Node:
+        """The node whose shares and usage stand for this one: itself, or for
+        `parent` shares its nearest ancestor with a number of shares."""
+        while self.uses_parent(node):
+            node = self.parent[node]
+        return node
+
+    def fair_share_parent(self, node: Node) -> Node | None:
+        """Where the node competes: the fair-share node of its parent."""
+        above = self.parent[node]
+        return None if above is None else self.fair_share_node(above)
+
+    def level(self, above: Node) -> list[Node]:
+        """The nodes that divide `above`'s part: its children, a `parent`-shares account
+        replaced by its own children (a `parent`-shares user stays, with no shares)."""
+        if above not in self._levels:
+            members: list[Node] = []
+            pending = list(reversed(self.children[above]))
+            while pending:
+                child = pending.pop()
+                if self.uses_parent(child) and not is_user(child):
+                    pending.extend(reversed(self.children[child]))
+                else:
+                    members.append(child)
+            self._levels[above] = members
+        return self._levels[above]
+
     def local_share(self, node: Node) -> float:
-        """shares / shares of it and its siblings; `parent` nodes do not count among siblings."""
-        own = self.shares.get(node)
-        if own is None:
+        """shares / shares of its level (itself included)."""
+        above = self.fair_share_parent(node)
+        if above is None:
             return 1.0
-        siblings = self.children[self.parent[node]] if self.parent[node] is not None else [node]
-        total = sum(self.shares.get(s) or 0.0 for s in siblings)
-        return own / total if total > 0 else 0.0
+        total = self._level_total(above)
+        return (self.shares.get(node) or 0.0) / total if total > 0 else 0.0
+
+    def _level_total(self, above: Node) -> float:
+        # cached: a flat account of thousands of users would otherwise cost n^2
+        if above not in self._totals:
+            self._totals[above] = sum(self.shares.get(member) or 0.0 for member in self.level(above))
+        return self._totals[above]
 
     def local_usage(self, node: Node) -> float:
-        """usage / parent's usage (Fair Tree's U)."""
-        parent = self.parent[node]
-        above = self.usage[parent] if parent is not None else self.usage[node]
-        return self.usage[node] / above if above > 0 else 0.0
+        """usage / usage of where it competes (Fair Tree's U)."""
+        above = self.fair_share_parent(node)
+        whole = self.usage[above] if above is not None else self.usage[node]
+        return self.usage[node] / whole if whole > 0 else 0.0
+
+    def normalised_shares(self) -> dict[Node, float]:
+        """Each node's share of the whole machine: the product of local shares down its path."""
+        norm: dict[Node, float] = {}
+        for node, _ in self.order:  # ancestors first
+            if node == self.root:
+                norm[node] = 1.0
+            elif self.uses_parent(node):
+                norm[node] = norm[self.fair_share_node(node)]
+            else:
+                norm[node] = norm[self.fair_share_parent(node)] * self.local_share(node)
+        return norm
+
+    def norm_usage(self, node: Node) -> float:
+        total = self.usage[self.root]
+        return self.usage[node] / total if total > 0 else 0.0
 
     def users(self) -> list[Node]:
         return [node for node, _ in self.order if is_user(node)]
@@ -162,28 +224,28 @@ def classic_factor(effective_usage: float, norm_shares: float) -> float:
     return 2.0 ** (-effective_usage / norm_shares)
 
 
+def _effective_usage(t: _Tree) -> dict[Node, float]:
+    effective: dict[Node, float] = {}
+    for node, _ in t.order:  # a node's fair-share parent is an ancestor: already done
+        own = t.norm_usage(node)
+        above = t.fair_share_parent(node)
+        if t.uses_parent(node):
+            effective[node] = effective[t.fair_share_node(node)]
+        elif above is None or above == t.root:
+            effective[node] = own  # the root and the level just below it: their own usage
+        else:
+            effective[node] = own + (effective[above] - own) * t.local_share(node)
+    return effective
+
+
 def classic(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
     t = _Tree(tree, usage)
-    total = t.usage[t.root]
-    norm: dict[Node, float] = {}
-    effective: dict[Node, float] = {}
-    rows: dict[Node, ShareRow] = {}
-    for node, depth in t.order:  # parents before children
-        parent = t.parent[node]
-        norm_usage = t.usage[node] / total if total > 0 else 0.0
-        if parent is None:
-            norm[node], effective[node] = 1.0, norm_usage
-        elif t.shares.get(node) is None:  # FairShare=parent: the parent's values
-            norm[node], effective[node] = norm[parent], effective[parent]
-        else:
-            fraction = t.local_share(node)
-            norm[node] = norm[parent] * fraction
-            if parent == t.root:
-                effective[node] = norm_usage
-            else:
-                effective[node] = norm_usage + (effective[parent] - norm_usage) * fraction
-        rows[node] = _row(t, node, depth, norm[node], norm_usage, effective[node], None,
-                          classic_factor(effective[node], norm[node]))  # fmt: skip
+    norm = t.normalised_shares()
+    effective = _effective_usage(t)
+    rows = {
+        node: _row(t, node, depth, norm[node], effective[node], None, classic_factor(effective[node], norm[node]))
+        for node, depth in t.order
+    }
     return _without_implicit_root(rows)
 
 
@@ -191,8 +253,8 @@ def classic(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow
 
 
 def level_fs(tree: _Tree, node: Node) -> float:
-    if tree.shares.get(node) is None:
-        return math.inf  # FairShare=parent: never behind its siblings
+    if tree.uses_parent(node):
+        return math.inf  # a `parent`-shares user ranks first in its account
     share = tree.local_share(node)
     if share <= 0:
         return 0.0
@@ -234,7 +296,7 @@ def _rank(t: _Tree, lfs: dict[Node, float], siblings: list[Node], starts_tied: b
                 if is_user(candidate) or lfs[candidate] != lfs[node]:
                     break
                 merged.append(candidate)
-            children = [child for account in merged for child in t.children[account]]
+            children = [child for account in merged for child in t.level(account)]
             _rank(t, lfs, children, tied, ranking)
             i += len(merged)
         previous = lfs[node]
@@ -251,22 +313,20 @@ def _best_user_factor(t: _Tree, factors: dict[Node, float]) -> dict[Node, float 
     return best
 
 
+def _ranked(t: _Tree, node: Node) -> bool:
+    """Whether a node has a Level FS: not the root, nor an account that gave way to its children."""
+    return node != t.root and (is_user(node) or not t.uses_parent(node))
+
+
 def fair_tree(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
     t = _Tree(tree, usage)
-    lfs = {node: level_fs(t, node) for node, _ in t.order if node != t.root}
+    lfs = {node: level_fs(t, node) for node, _ in t.order if _ranked(t, node)}
     ranking = _Ranking(len(t.users()))
-    _rank(t, lfs, t.children[t.root], False, ranking)
+    _rank(t, lfs, t.level(t.root), False, ranking)
     factors = _best_user_factor(t, ranking.factor)
-    total = t.usage[t.root]
+    norm = t.normalised_shares()
     rows = {
-        node: _row(
-            t, node, depth,
-            norm_shares=t.local_share(node) if node != t.root else 1.0,
-            norm_usage=t.usage[node] / total if total > 0 else 0.0,
-            effective_usage=t.local_usage(node) if node != t.root else 1.0 if total > 0 else 0.0,
-            level=lfs.get(node),
-            factor=factors.get(node),
-        )  # fmt: skip
+        node: _row(t, node, depth, norm[node], t.local_usage(node), lfs.get(node), factors.get(node))
         for node, depth in t.order
     }
     return _without_implicit_root(rows)
@@ -280,7 +340,6 @@ def _row(
     node: Node,
     depth: int,
     norm_shares: float,
-    norm_usage: float,
     effective_usage: float,
     level: float | None,
     factor: float | None,
@@ -293,7 +352,7 @@ def _row(
         raw_shares=t.shares.get(node, 1.0),
         norm_shares=norm_shares,
         raw_usage=t.usage[node],
-        norm_usage=norm_usage,
+        norm_usage=t.norm_usage(node),
         effective_usage=effective_usage,
         level_fs=level,
         factor=factor,
@@ -326,7 +385,7 @@ def factor_of(rows: Mapping[Node, ShareRow], account: str, user: str, default: f
 # --- building the tree input -------------------------------------------------------------
 
 
-def parse_shares(text: str | float | int) -> float | None:
+def parse_shares(text: str | float) -> float | None:
     """sacctmgr's shares column: a number, or `parent`."""
     if isinstance(text, str) and text.strip().lower() == "parent":
         return None
@@ -336,7 +395,9 @@ def parse_shares(text: str | float | int) -> float | None:
     return value
 
 
-def tree_from_associations(rows: Iterable[tuple[str, str, str, str | float]]) -> dict[Node, tuple[Node | None, float | None]]:
+def tree_from_associations(
+    rows: Iterable[tuple[str, str, str, str | float]],
+) -> dict[Node, tuple[Node | None, float | None]]:
     """The tree from (account, user, parent, shares) rows, as in the `associations` table.
 
     A user's parent is its account; an account's is the account its `parent`
@@ -353,6 +414,20 @@ def tree_from_associations(rows: Iterable[tuple[str, str, str, str | float]]) ->
         if parent is not None and parent not in tree:
             tree[parent] = (None, 1.0)
     return tree
+
+
+def from_tree(tree: Any) -> dict[Node, tuple[Node | None, float | None]]:
+    """The plain input from an app.accounting.associations.Tree (anything with `nodes`,
+    `parent(node)` and `association(node).raw_shares`), in the dump's order."""
+    plain: dict[Node, tuple[Node | None, float | None]] = {}
+    for node in tree.nodes:
+        parent = tree.parent(node)
+        shares = tree.association(node).raw_shares
+        plain[(node[0], node[1])] = (
+            None if parent is None else (parent[0], parent[1]),
+            None if shares is None else float(shares),
+        )
+    return plain
 
 
 def implicit_tree(

@@ -18,8 +18,24 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.accounting import usage
 from app.clock import as_utc, utcnow
 from app.db.advisory import lock, try_lock
-from app.db.tables import groups, jobs, priority_runs, task_queues, tq_jobs
-from app.priority import corrector, dirac, dirac_cfg, history, rank
+from app.db.tables import (
+    associations,
+    groups,
+    job_classes,
+    jobs,
+    priority_runs,
+    task_queues,
+    tq_jobs,
+)
+from app.priority import (
+    corrector,
+    dirac,
+    dirac_cfg,
+    fairshare,
+    history,
+    multifactor,
+    rank,
+)
 from app.priority.corrections_config import CorrectionsConfig
 from app.priority.facts import TqFacts
 from app.settings import PrioritySettings, Settings
@@ -207,7 +223,47 @@ async def _decide_rank(
     )
 
 
-DECIDERS = {"dirac": _decide_dirac, "rank": _decide_rank}
+async def _association_tree(conn: AsyncConnection, facts: list[TqFacts]) -> dict:
+    """The imported association tree, or, without one, root -> groups (job_share) -> owners."""
+    rows = (
+        await conn.execute(
+            select(associations.c.account, associations.c.user, associations.c.parent, associations.c.shares)
+            .order_by(associations.c.position)
+        )
+    ).all()
+    if rows:
+        return fairshare.tree_from_associations([tuple(r) for r in rows])
+    shares = dict((await conn.execute(select(groups.c.name, groups.c.job_share))).all())
+    members = {(f.owner_group, f.owner) for f in facts}
+    return fairshare.implicit_tree({g: shares.get(g, dirac.DEFAULT_SHARE) for g, _ in members}, members)
+
+
+async def _decide_multifactor(
+    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+) -> Outcome:
+    options = settings.priority.multifactor
+    facts = _facts(rows)
+    tree = await _association_tree(conn, facts)
+    shares = fairshare.compute(tree, await usage.read_usage(conn, now, settings), options.fairshare)
+    levels = dict((await conn.execute(select(groups.c.name, groups.c.priority))).all())
+    class_priority = dict((await conn.execute(select(job_classes.c.name, job_classes.c.priority))).all())
+    decided = multifactor.decide(
+        facts,
+        now,
+        options,
+        lambda group, owner: fairshare.factor_of(shares, group, owner),
+        lambda group: levels.get(group, 0),
+        class_priority.get,
+        settings.taskqueues.cpu_buckets,
+    )
+    return Outcome(
+        {tq: p for tq, (p, _) in decided.items()},
+        {tq: origin for tq, (_, origin) in decided.items()},
+        {"associations": [row.as_dict() for row in shares.values()]},
+    )
+
+
+DECIDERS = {"dirac": _decide_dirac, "rank": _decide_rank, "multifactor": _decide_multifactor}
 
 
 def _task_queue_report(rows: list[dict], outcome: Outcome) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.api.associations import MAX_DUMP_CHARS
 from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import start_server
@@ -142,10 +143,13 @@ def test_other_broken_dumps_change_nothing(client, text, fragment):
 
 def test_bad_bodies_are_problems_not_errors(client):
     assert_problem(client.put("/associations", content=b"\xff\xfe", headers=TEXT), 422)
-    assert_problem(client.put("/associations", content=b"{nope", headers={"content-type": "application/json"}), 400)
+    json_type = {"content-type": "application/json"}
+    assert_problem(client.put("/associations", content=b"{nope", headers=json_type), 400)
     assert_problem(client.put("/associations", json={"dump": SMALL}), 422)
     assert_problem(client.put("/associations", json=[SMALL]), 422)
     assert_problem(client.put("/associations", json={"sacctmgr": 42}), 422)
+    too_long = "root|1|||\n" + "x" * MAX_DUMP_CHARS
+    assert "more than" in assert_problem(put_text(client, too_long), 422)["detail"]
     assert exported(client).text == ""
 
 
@@ -196,7 +200,9 @@ def fairmatch(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
     env["FAIRMATCH_CONFIG"] = str(config)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(FAIRMATCH), *args], env=env, cwd=tmp_path, capture_output=True, timeout=30)
+        return subprocess.run(
+            [str(FAIRMATCH), *args], env=env, cwd=tmp_path, capture_output=True, timeout=30, check=False
+        )
 
     return run
 
@@ -232,3 +238,21 @@ def test_cli_usage_errors(fairmatch, tmp_path, server):
     for result, fragment in ((missing, "cannot read"), (not_utf8, "is not UTF-8 text")):
         assert result.returncode == 2, result.stderr
         assert result.stderr.decode().startswith("error: ") and fragment in result.stderr.decode()
+
+
+# --- concurrency ----------------------------------------------------------------------
+
+
+def test_concurrent_imports_leave_exactly_one_whole_dump(server, clean):
+    from concurrent.futures import ThreadPoolExecutor
+
+    dumps = [SMALL + "".join(f"vo|1||user{n}_{i}|\n" for i in range(n)) for n in range(1, 9)]
+
+    def put(text: str) -> int:
+        with server.client() as c:
+            return put_text(c, text).status_code
+
+    with ThreadPoolExecutor(len(dumps)) as pool:
+        assert list(pool.map(put, dumps * 2)) == [200] * 2 * len(dumps)
+    with server.client() as c:
+        assert exported(c).text in dumps

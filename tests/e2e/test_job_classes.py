@@ -3,6 +3,9 @@ use at submission, and PATCH /jobs/{id} moving waiting jobs between task queues.
 
 from __future__ import annotations
 
+import json
+import random
+import threading
 from typing import Any
 from urllib.parse import quote
 
@@ -12,6 +15,7 @@ import pytest
 from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import start_server
+from tests.e2e.test_concurrency import assert_queue_invariants, query, run_together
 
 SECRET = "job classes test secret, long enough for HS256"
 HS256 = AuthSettings(mode="token", secret=SECRET)
@@ -135,7 +139,8 @@ def test_max_below_default_names_max_class(client):
 
 def test_a_job_gets_its_class_default_and_a_queue_of_that_class(client):
     put_class(client, "low", default_class=-7, max_class=0)
-    plain, classed, explicit = submit_ids(client, {}, {"job_class": "low"}, {"job_class": "low", "priority_class": 2})
+    specs = [{}, {"job_class": "low"}, {"job_class": "low", "priority_class": 2}]
+    plain, classed, explicit = submit_ids(client, *specs)
     assert [job(client, j)["priority_class"] for j in (plain, classed, explicit)] == [0, -7, 2]
     tq = task_queues(client)[job(client, classed)["task_queue_id"]]
     assert (tq["priority_class"], tq["job_class"]) == (-7, "low")
@@ -256,6 +261,38 @@ def test_patch_of_an_unknown_job_is_404(client):
     assert_problem(patch(client, 999, user_priority=2), 404)
 
 
+def test_patches_racing_pilots_lose_and_duplicate_no_job(client, server, database):
+    """Pilots drain the queues while two callers move jobs between classes and levels:
+    every job is handed out once, and the queues stay consistent."""
+    ids = submit_ids(client, *[{"sites": ["S1", f"S{i % 3}"]} for i in range(120)])
+
+    def pilot(api: httpx.Client) -> list[int]:
+        got = []
+        while (r := api.post("/match", json=ANYWHERE)).status_code == 200:
+            got.append(r.json()["job_id"])
+        assert r.status_code == 204, r.text
+        return got
+
+    def patcher(api: httpx.Client, stop: threading.Event) -> int:
+        rng, changed = random.Random(), 0
+        while not stop.is_set():
+            r = patch(api, rng.choice(ids), priority_class=rng.randint(-2, 2), user_priority=rng.randint(0, 10))
+            assert r.status_code == 200, r.text  # never final here: nobody reports Done
+            changed += r.json()["status"] == "Waiting"
+        return changed
+
+    got, changed = run_together(server, [pilot] * 4, [patcher] * 2)
+    handed_out = [job_id for jobs in got for job_id in jobs]
+    assert sorted(handed_out) == ids, "every job exactly once"
+    assert sum(changed) > 0
+    assert_queue_invariants(database)
+    assert query(database, "SELECT count(*) FROM tq_jobs") == [(0,)]
+    # the stored requirements follow every change, for a later reschedule
+    for priority_class, requirements in query(database, "SELECT priority_class, requirements FROM jobs"):
+        stored = json.loads(requirements) if isinstance(requirements, str) else requirements
+        assert stored["priority_class"] == priority_class
+
+
 # --- roles ---------------------------------------------------------------------------------------
 
 
@@ -307,9 +344,11 @@ def test_who_reads_which_classes(as_role, admin, alice):
     put_class(admin, "mine", allowed_users=["alice"], allowed_groups=["g1", "g2"])
     put_class(admin, "bobs", allowed_users=["bob"])
     put_class(admin, "g2only", allowed_groups=["g2"])
-    operator = as_role("operator", "op")
-    assert [c["name"] for c in operator.get("/job-classes").json()["job_classes"]] == ["bobs", "g2only", "mine", "open"]
-    assert [c["name"] for c in alice.get("/job-classes").json()["job_classes"]] == ["mine", "open"]
+    def names(api: httpx.Client) -> list[str]:
+        return [c["name"] for c in api.get("/job-classes").json()["job_classes"]]
+
+    assert names(as_role("operator", "op")) == ["bobs", "g2only", "mine", "open"]
+    assert names(alice) == ["mine", "open"]
     assert alice.get("/job-classes/mine").status_code == 200
     assert_problem(alice.get("/job-classes/bobs"), 404)  # invisible is missing, as for jobs
     pilot = as_role("pilot", "p1")

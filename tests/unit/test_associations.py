@@ -100,8 +100,8 @@ ROOT = "root|1|||\n"
         (ROOT + "vo|-3|root||\n", 2, "negative shares -3"),
         (ROOT + "vo|4294967296|root||\n", 2, "above Slurm's largest"),
         (ROOT + "vo|1|nowhere||\n", 2, "unknown parent account 'nowhere'"),
-        (ROOT + "vo|1|root||\nvo|1||alice|\nvo|2||alice|\n", 4, "duplicate association: user 'alice' of "
-                                                              "account 'vo' is already on line 3"),
+        (ROOT + "vo|1|root||\nvo|1||alice|\nvo|2||alice|\n", 4,
+         "duplicate association: user 'alice' of account 'vo' is already on line 3"),
         (ROOT + "vo|1|root||\nvo|2|root||\n", 3, "duplicate association: account 'vo'"),
         (ROOT + "ghost|1||alice|\n", 2, "the account 'ghost' of user 'alice' does not exist"),
         (ROOT + "vo|1|root||\nvo|1|other|alice|\n", 3, "parent 'other', which is not its account 'vo'"),
@@ -197,7 +197,8 @@ def test_siblings_are_the_other_nodes_dividing_the_same_share(lhcb):
     assert lhcb.siblings(("lhcb_prod", "lbmc")) == [("lhcb_prod", "lbprods")]
     assert lhcb.siblings(("root", "")) == []
     # root|1||root| + lhcb 60 + atlas 30 + belle 9; lhcb_user's: 50 + 30 + 20; alice's: 4 + 7×2 + 2×1
-    assert [lhcb.level_shares(n) for n in [("lhcb", ""), ("lhcb_user", ""), ("lhcb_user", "alice")]] == [100, 100, 20]
+    nodes = [("lhcb", ""), ("lhcb_user", ""), ("lhcb_user", "alice")]
+    assert [lhcb.level_shares(n) for n in nodes] == [100, 100, 20]
 
 
 def test_normalised_shares_of_the_fixture_worked_by_hand(lhcb):

@@ -126,6 +126,10 @@ def test_fairshare_parent_takes_the_parents_values():
     assert (sid.norm_shares, sid.effective_usage, sid.factor) == (sim.norm_shares, sim.effective_usage, sim.factor)
     # a parent-shares sibling does not dilute sam's share
     assert rows[("atlas_sim", "sam")].norm_shares == pytest.approx(0.225)
+    # Fair Tree: a parent-shares user ranks first in its account
+    ranked = fs.fair_tree(tree, THREE_LEVEL_USAGE)
+    assert math.isinf(ranked[("atlas_sim", "sid")].level_fs)
+    assert ranked[("atlas_sim", "sid")].factor > ranked[("atlas_sim", "sam")].factor
 
 
 def test_ancestors_behind_their_children_are_lifted_to_the_subtree_usage():
@@ -233,3 +237,40 @@ def test_implicit_tree_from_groups():
     assert rows[acct("lhcb")].norm_shares == pytest.approx(3000 / 5000)
     assert rows[("lhcb", "pat")].norm_shares == pytest.approx(0.3)
     assert tree[acct("other")] == (ROOT, 1000.0)
+
+
+def test_a_parent_shares_account_gives_way_to_its_children():
+    """A has `parent` shares: a1 (2) and a2 (1) compete with B (1) directly under the root."""
+    tree = {
+        ROOT: (None, 1.0),
+        acct("A"): (ROOT, None),
+        ("A", "a1"): (acct("A"), 2.0), ("A", "a2"): (acct("A"), 1.0),
+        acct("B"): (ROOT, 1.0), ("B", "b1"): (acct("B"), 1.0),
+    }  # fmt: skip
+    usage = {ROOT: 100.0, acct("A"): 100.0, ("A", "a1"): 100.0}
+    rows = fs.classic(tree, usage)
+    assert rows[("A", "a1")].norm_shares == pytest.approx(0.5)
+    assert rows[("A", "a2")].norm_shares == pytest.approx(0.25)
+    assert rows[acct("B")].norm_shares == pytest.approx(0.25)
+    # a1 competes just below the root: U_eff = its own 1.0 -> 2^(-1/0.5)
+    assert rows[("A", "a1")].factor == pytest.approx(0.25)
+    assert rows[("A", "a2")].factor == 1.0 and rows[("B", "b1")].factor == 1.0
+    assert rows[acct("A")].norm_shares == 1.0  # answers for the root
+    assert rows[acct("A")].effective_usage == rows[ROOT].effective_usage
+    ranked = fs.fair_tree(tree, usage)
+    # level of the root: a2 and B unused (inf, tied: B's b1 shares a2's rank), then a1 (0.5/1.0)
+    assert {n[1]: ranked[n].factor for n in ranked if fs.is_user(n)} == {
+        "a2": 1.0, "b1": 1.0, "a1": pytest.approx(1 / 3),
+    }  # fmt: skip
+
+
+def test_normalised_shares_agree_with_the_association_tree():
+    from app.accounting.associations import build_tree, parse_sacctmgr
+
+    dump = "root|1|||\nA|parent|root||\nA|2||a1|\nA|1||a2|\nB|1|root||\nB|parent||b1|\nB|3||b2|\nC|4|B||\nC|1||c1|\n"
+    tree = build_tree(parse_sacctmgr(dump))
+    plain = fs.from_tree(tree)
+    assert plain[("B", "b1")] == (acct("B"), None)
+    rows = fs.classic(plain, {})
+    for node in tree.nodes:
+        assert rows[tuple(node)].norm_shares == pytest.approx(tree.normalised_share(node)), node

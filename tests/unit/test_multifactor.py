@@ -16,13 +16,12 @@ DAY = timedelta(days=1)
 
 
 def facts(tq_id: int = 1, **overrides) -> TqFacts:
-    values = dict(
-        tq_id=tq_id, owner="pat", owner_group="lhcb", vo="lhcb", cpu_time=5000, priority_class=0,
-        job_class="short", jobs=3, avg_real_priority=1.0, sum_real_priority=3.0,
-        oldest_submitted_at=NOW - 3.5 * DAY,
-    )  # fmt: skip
-    values.update(overrides)
-    return TqFacts(**values)
+    values = {
+        "tq_id": tq_id, "owner": "pat", "owner_group": "lhcb", "vo": "lhcb", "cpu_time": 5000,
+        "priority_class": 0, "job_class": "short", "jobs": 3, "avg_real_priority": 1.0,
+        "sum_real_priority": 3.0, "oldest_submitted_at": NOW - 3.5 * DAY,
+    }  # fmt: skip
+    return TqFacts(**{**values, **overrides})
 
 
 def decide(tqs, now=NOW, settings=None, fairshare=0.25, group_priority=500, class_priority=500):

@@ -188,7 +188,9 @@ def test_charge_goes_to_the_association_and_all_ancestors(clean):
     assert [(r.job_id, r.account, r.owner, r.charge) for r in log] == [
         (1, "theory", "alice", 200.0), (2, "theory", "bob", 100.0), (3, "chem", "carol", 20.0),
     ]  # fmt: skip
-    assert window == [("bio", "chem", "carol", 20.0), ("hep", "theory", "alice", 200.0), ("hep", "theory", "bob", 100.0)]
+    assert window == [
+        ("bio", "chem", "carol", 20.0), ("hep", "theory", "alice", 200.0), ("hep", "theory", "bob", 100.0),
+    ]  # fmt: skip
     assert later == []
 
 

@@ -1,0 +1,113 @@
+"""The rank and multifactor policies end to end, and priority classes above every policy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from app.clock import utcnow
+from app.db.tables import jobs
+
+PILOT = {"Site": "S", "CPUTime": 10**6}
+QUIET = {"PRIORITY__INTERVAL_SECONDS": "3600"}  # priorities change only when the test recomputes
+
+
+def put_group(api, name: str, share: float, level: int = 0) -> None:
+    assert api.put(f"/groups/{name}", json={"job_share": share, "priority": level}).status_code in (200, 201)
+
+
+def submit(api, group: str, n: int = 1, **spec) -> list[int]:
+    jobs = [{"owner": spec.pop("owner", f"{group}-user"), "owner_group": group, "vo": "vo1", **spec}] * n
+    r = api.post("/jobs", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    return [j["job_id"] for j in r.json()["jobs"]]
+
+
+def run_to_done(api, group: str, cpu_seconds: float) -> None:
+    """Usage: a job of the group runs and finishes, charging its CPU."""
+    job = submit(api, group)[0]
+    claimed = api.post("/match", json={**PILOT, "JobID": job})
+    assert claimed.status_code == 200, claimed.text
+    api.post(f"/jobs/{job}/status", json={"status": "Running"})
+    done = api.post(f"/jobs/{job}/status", json={"status": "Done", "cpu_seconds": cpu_seconds})
+    assert done.status_code == 200, done.text
+
+
+def drain(api) -> list[str]:
+    """Match until nothing is left; the owner group of each match, in order."""
+    order = []
+    while (r := api.post("/match", json=PILOT)).status_code == 200:
+        order.append(r.json()["owner_group"])
+    assert r.status_code == 204, r.text
+    return order
+
+
+def test_rank_matches_the_under_served_group_first(server_factory, clean):
+    server = server_factory(PRIORITY__POLICY="rank", **QUIET)
+    with server.client() as api:
+        for group in ("over", "under"):
+            put_group(api, group, 1000)
+        run_to_done(api, "over", cpu_seconds=36_000)
+        run_to_done(api, "under", cpu_seconds=1_000)
+        submit(api, "over", 5)
+        submit(api, "under", 5)
+        api.post("/priorities/recompute")
+        by_group = {tq["owner_group"]: tq for tq in api.get("/priorities").json()["task_queues"]}
+        assert by_group["under"]["origin"]["rank"] > by_group["over"]["origin"]["rank"]
+        assert drain(api) == ["under"] * 5 + ["over"] * 5
+
+
+def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(server_factory, clean):
+    server = server_factory(PRIORITY__POLICY="rank", **QUIET)
+    with server.client() as api:
+        put_group(api, "normal", 1000)
+        put_group(api, "parasitic", 0, level=1000)  # no share: a high level does not lift it
+        run_to_done(api, "normal", cpu_seconds=10**6)  # the share-holder is heavily over-served
+        submit(api, "parasitic", 3)
+        submit(api, "normal", 4)
+        api.post("/priorities/recompute")
+        assert drain(api) == ["normal"] * 4 + ["parasitic"] * 3
+
+
+@pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])
+def test_priority_classes_beat_every_policy(server_factory, clean, policy):
+    server = server_factory(PRIORITY__POLICY=policy, **QUIET)
+    with server.client() as api:
+        put_group(api, "big", 100_000, level=1000)
+        put_group(api, "small", 1)
+        submit(api, "big", 3)
+        submit(api, "small", 2, priority_class=1)
+        submit(api, "small", 1, priority_class=-1)
+        api.post("/priorities/recompute")
+        assert drain(api) == ["small"] * 2 + ["big"] * 3 + ["small"]
+
+
+def test_multifactor_older_jobs_overtake_newer_ones_as_they_age(server_factory, clean):
+    """Same entity, same CPU bucket: the newer queue's jobs carry user priority 5, the older
+    queue's 1. Fresh, the user factor decides; backdated by half of max_age (the fake clock),
+    the age factor (weight 1000 * 0.5) outweighs it (weight 100 * 0.4)."""
+    server = server_factory(PRIORITY__POLICY="multifactor", **QUIET)
+    with server.client() as api:
+        old = submit(api, "g", 3, owner="ann", sites=["S", "T"], user_priority=1)
+        new = submit(api, "g", 3, owner="ann", user_priority=5)
+        api.post("/priorities/recompute")
+        tqs = {tuple(tq["sites"]): tq for tq in api.get("/taskqueues").json()["task_queues"]}
+        assert tqs[()]["priority"] > tqs[("S", "T")]["priority"]
+        first = api.post("/match", json=PILOT).json()["job_id"]
+        assert first in new
+        api.post(f"/jobs/{first}/status", json={"status": "Waiting"})
+
+        with clean.engine().begin() as conn:  # the fake clock: these jobs were submitted 3.5 days ago
+            _backdate(conn, old, days=3.5)
+        api.post("/priorities/recompute")
+        tqs = {tuple(tq["sites"]): tq for tq in api.get("/taskqueues").json()["task_queues"]}
+        age = tqs[("S", "T")]["priority_origin"]["factors"]["age"]
+        assert age["value"] == pytest.approx(0.5, abs=0.01) and age["weight"] == 1000
+        assert tqs[("S", "T")]["priority"] > tqs[()]["priority"]
+        assert api.post("/match", json=PILOT).json()["job_id"] in old
+
+
+def _backdate(conn, job_ids: list[int], days: float) -> None:
+    conn.execute(sa.update(jobs).where(jobs.c.id.in_(job_ids)).values(submitted_at=utcnow() - timedelta(days=days)))

@@ -1,0 +1,91 @@
+"""Usage accounting over real HTTP, on both backends: a finished job's CPU is charged to its
+association and every ancestor account, in the transaction that finishes it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+TREE = "root|1|||\nphysics|40|root||\ntheory|1|physics||\ntheory|1||alice|\n"
+PILOT = {"Site": "S1", "CPUTime": 10**7}
+
+
+def import_tree(client: httpx.Client) -> None:
+    r = client.put("/associations", content=TREE.encode(), headers={"content-type": "text/plain"})
+    assert r.status_code == 200, r.text
+
+
+def run_job(client: httpx.Client, owner: str, group: str, final: str = "Done", **report) -> int:
+    r = client.post("/jobs", json={"jobs": [{"owner": owner, "owner_group": group}]})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["jobs"][0]["job_id"]
+    r = client.post("/match", json={**PILOT, "JobID": job_id})
+    assert r.status_code == 200 and r.json()["job_id"] == job_id, r.text
+    for status, extra in (("Running", {}), (final, report)):
+        r = client.post(f"/jobs/{job_id}/status", json={"status": status, **extra})
+        assert r.status_code == 200, r.text
+    return job_id
+
+
+def totals(db) -> dict[tuple[str, str], float]:
+    engine = db.engine()
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text('SELECT account, "user", usage FROM usage_totals')).all()
+    engine.dispose()
+    return {(account, user): usage for account, user, usage in rows}
+
+
+def charges(db) -> list[tuple]:
+    engine = db.engine()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT job_id, vo, owner_group, owner, account, charge FROM usage_charges ORDER BY id")
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]
+
+
+def test_done_charges_the_user_its_account_and_every_ancestor(client, clean):
+    import_tree(client)
+    job_id = run_job(client, "alice", "theory", cpu_seconds=120.0, wall_seconds=150.0)
+    assert totals(clean) == {
+        ("theory", "alice"): 120.0,
+        ("theory", ""): 120.0,
+        ("physics", ""): 120.0,
+        ("root", ""): 120.0,
+    }
+    assert charges(clean) == [(job_id, "default", "theory", "alice", "theory", 120.0)]
+
+
+def test_failed_jobs_are_charged_too_and_the_charges_add_up(client, clean):
+    import_tree(client)
+    run_job(client, "alice", "theory", cpu_seconds=100.0)
+    run_job(client, "alice", "theory", final="Failed", cpu_seconds=50.0)
+    used = totals(clean)
+    for node in (("theory", "alice"), ("theory", ""), ("physics", ""), ("root", "")):
+        assert used[node] == pytest.approx(150.0, rel=1e-6)  # seconds apart: decay is negligible
+
+
+def test_a_job_outside_the_tree_charges_its_group_and_owner_only(client, clean):
+    import_tree(client)
+    run_job(client, "bob", "chemistry", cpu_seconds=30.0)
+    assert totals(clean) == {("chemistry", "bob"): 30.0, ("chemistry", ""): 30.0}
+
+
+def test_no_cpu_seconds_and_killed_jobs_charge_nothing(client, clean):
+    import_tree(client)
+    run_job(client, "alice", "theory")  # Done without cpu_seconds
+    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "theory"}]})
+    killed = r.json()["jobs"][0]["job_id"]
+    assert client.delete(f"/jobs/{killed}").status_code == 200
+    assert totals(clean) == {} and charges(clean) == []
+
+
+def test_a_refused_transition_charges_nothing(client, clean):
+    import_tree(client)
+    job_id = run_job(client, "alice", "theory", cpu_seconds=10.0)
+    r = client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 999.0})
+    assert r.status_code == 409
+    assert totals(clean)[("theory", "alice")] == 10.0
+    assert len(charges(clean)) == 1
