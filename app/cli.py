@@ -699,9 +699,10 @@ def sshare_table(document: dict) -> Table:
         table = new_table("Associations", "Account", "User", "RawShares", "NormShares", "RawUsage",
                           "NormUsage", "EffectvUsage", "FairShare")  # fmt: skip
         for node in document["associations"]:
-            table.add_row(node.get("account", ""), node.get("user", ""), str(node.get("raw_shares", "")),
-                          *(f"{node.get(k) or 0:.6f}" for k in
-                            ("normalised_shares", "raw_usage", "normalised_usage", "effective_usage", "factor")))
+            indent = "  " * max(node["depth"] - 1, 0)  # sshare shows the tree by indentation
+            table.add_row(indent + node["account"], node["user"], str(node["raw_shares"]),
+                          *(f"{node[k]:.6f}" if node[k] is not None else "-" for k in
+                            ("norm_shares", "raw_usage", "norm_usage", "effective_usage", "fairshare")))
         return table  # fmt: skip
     if document.get("entities"):
         table = new_table("Entities", "Group", "Owner", "Configured", "GroupCorr", "UserCorr", "Share", "NormShare")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from rich.console import Console
 
+from app import cli
 from app.clock import utcnow
 from app.db.tables import jobs
+from tests.conftest import REPO
 
 PILOT = {"Site": "S", "CPUTime": 10**6}
 QUIET = {"PRIORITY__INTERVAL_SECONDS": "3600"}  # priorities change only when the test recomputes
@@ -111,3 +116,34 @@ def test_multifactor_older_jobs_overtake_newer_ones_as_they_age(server_factory, 
 
 def _backdate(conn, job_ids: list[int], days: float) -> None:
     conn.execute(sa.update(jobs).where(jobs.c.id.in_(job_ids)).values(submitted_at=utcnow() - timedelta(days=days)))
+
+
+@pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])
+def test_sprio_and_sshare_commands_explain_the_last_run(server_factory, clean, tmp_path, policy):
+    server = server_factory(PRIORITY__POLICY=policy, **QUIET)
+    with server.client() as api:
+        put_group(api, "g", 1000)
+        submit(api, "g", 2, owner="ann")
+        submit(api, "h", 1, owner="bob")
+        api.post("/priorities/recompute")
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "FAIRMATCH_CONFIG": str(config)}
+
+    def run(*args):
+        out = subprocess.run([str(REPO / ".venv/bin/fairmatch"), *args, "--url", server.url],
+                             capture_output=True, text=True, env=env, check=True).stdout  # fmt: skip
+        return json.loads(out)
+
+    sprio = run("sprio", "--jobs", "10")
+    assert sprio["policy"] == policy and len(sprio["task_queues"]) == 2 and len(sprio["jobs"]) == 3
+    assert all(tq["origin"]["policy"] == policy for tq in sprio["task_queues"])
+    sshare = run("sshare")
+    assert sshare["policy"] == policy and len(sshare["task_queue_priorities"]) == 2
+    if policy == "multifactor":
+        assert {(n["account"], n["user"]) for n in sshare["associations"]} >= {("g", "ann"), ("h", "bob")}
+    console = Console(width=160, record=True)
+    console.print(cli.sprio_table(sprio))
+    console.print(cli.sshare_table(sshare))
+    text = console.export_text()
+    assert "ann" in text and "bob" in text
