@@ -188,16 +188,28 @@ def server_factory(database, tmp_path) -> Iterator[callable]:
         srv.stop()
 
 
-def clear_tables(db: TestDatabase) -> None:
+def clear_tables(db: TestDatabase, attempts: int = 5) -> None:
+    """Empty every table. The servers' background work may hold share locks in
+    another order than TRUNCATE takes its exclusive ones: a deadlock PostgreSQL
+    breaks by aborting one side, so the cleanup tries again."""
     engine = db.engine()
-    with engine.begin() as conn:
-        if db.backend == "postgresql":
-            names = ", ".join(t.name for t in metadata.sorted_tables)
-            conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
-        else:
-            for table in reversed(metadata.sorted_tables):
-                conn.execute(table.delete())
-    engine.dispose()
+    try:
+        for attempt in range(attempts):
+            try:
+                with engine.begin() as conn:
+                    if db.backend == "postgresql":
+                        names = ", ".join(t.name for t in metadata.sorted_tables)
+                        conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+                    else:
+                        for table in reversed(metadata.sorted_tables):
+                            conn.execute(table.delete())
+                return
+            except sa.exc.OperationalError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2)
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture
