@@ -15,6 +15,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.accounting import usage
@@ -44,7 +45,9 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
                 done = await step(conn)
             if done:
                 log.info("%s: %s", name, done)
-        except Exception:  # keep going through database hiccups
+        except DBAPIError as exc:  # outages, deadlock victims: the next round tries again
+            log.warning("%s failed: %s", name, type(exc.orig or exc).__name__)
+        except Exception:  # anything else is a bug worth its traceback; keep going anyway
             log.exception("%s failed", name)
         await asyncio.sleep(seconds)
 
