@@ -317,10 +317,10 @@ def service_url(url: str | None) -> str:
     return f"http://127.0.0.1:{load_settings_or_exit().server.port}"
 
 
-def call_api(url: str, method: str, path: str, body: Any = None) -> Any:
-    """One request; any failure ends the command with a one-line message."""
+def request_api(url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One request; a transport failure or an error answer ends the command with a one-line message."""
     try:
-        response = httpx.request(method, f"{url}{API_PREFIX}{path}", json=body, timeout=HTTP_TIMEOUT)
+        response = httpx.request(method, f"{url}{API_PREFIX}{path}", timeout=HTTP_TIMEOUT, **kwargs)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         fail(f"--url {url!r} is not a usable URL: {exc}", EXIT_USAGE)
     except httpx.ConnectError as exc:
@@ -329,6 +329,12 @@ def call_api(url: str, method: str, path: str, body: Any = None) -> Any:
         fail(f"no answer from fairmatch at {url}: {type(exc).__name__} {exc}".rstrip())
     if response.is_error:
         fail(problem_message(response))
+    return response
+
+
+def call_api(url: str, method: str, path: str, body: Any = None) -> Any:
+    """One JSON request, its JSON answer."""
+    response = request_api(url, method, path, json=body)
     try:
         return response.json()
     except ValueError:
@@ -621,23 +627,11 @@ def read_dump(file: str) -> str:
 
 
 def call_api_text(url: str, method: str, path: str, content: str | None = None) -> httpx.Response:
-    """call_api for a text/plain body and answer; any failure ends the command with a one-line message."""
+    """call_api for a text/plain body and answer."""
     headers = {"accept": "text/plain, application/json"}
     if content is not None:
         headers["content-type"] = "text/plain; charset=utf-8"
-    try:
-        response = httpx.request(
-            method, f"{url}{API_PREFIX}{path}", content=content, headers=headers, timeout=HTTP_TIMEOUT
-        )
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        fail(f"--url {url!r} is not a usable URL: {exc}", EXIT_USAGE)
-    except httpx.ConnectError as exc:
-        fail(f"cannot connect to fairmatch at {url} ({exc}); is `fairmatch serve` running there?")
-    except httpx.TransportError as exc:
-        fail(f"no answer from fairmatch at {url}: {type(exc).__name__} {exc}".rstrip())
-    if response.is_error:
-        fail(problem_message(response))
-    return response
+    return request_api(url, method, path, content=content, headers=headers)
 
 
 # --- sprio and sshare ---------------------------------------------------------

@@ -1,7 +1,46 @@
+"""End-to-end fixtures shared by the test modules: token-mode servers and role clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
 import pytest
+
+from app.auth.tokens import Role, create_token
+from app.settings import AuthSettings
+from tests.conftest import Server, start_server
+
+TOKEN_SECRET = "end-to-end test secret, long enough for HS256"
+TOKEN_SETTINGS = AuthSettings(mode="token", secret=TOKEN_SECRET)
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if "/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="module")
+def token_server(database, tmp_path_factory) -> Iterator[Server]:
+    """A server in auth mode `token` (HS256 with TOKEN_SECRET), one per test module."""
+    srv = start_server(database, tmp_path_factory.mktemp("token"), AUTH__MODE="token", AUTH__SECRET=TOKEN_SECRET)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def as_role(token_server, clean) -> Iterator[Callable[..., httpx.Client]]:
+    """A client of `token_server` acting with a freshly minted token of `role`."""
+    clients: list[httpx.Client] = []
+
+    def make(role: str, sub: str = "someone", **claims: Any) -> httpx.Client:
+        bearer = create_token(TOKEN_SETTINGS, role=Role(role), sub=sub, ttl_seconds=600, **claims)
+        c = token_server.client(headers={"Authorization": f"Bearer {bearer}"})
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()

@@ -8,19 +8,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from app.api.associations import MAX_DUMP_CHARS
-from app.auth.tokens import Role, create_token
-from app.settings import AuthSettings
-from tests.conftest import start_server
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
 FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of the running venv
-SECRET = "associations test secret, long enough for HS256"
 TEXT = {"content-type": "text/plain; charset=utf-8"}
 SMALL = "root|1|||\nvo|1|root||\nvo|1||alice|\n"
 
@@ -154,29 +149,6 @@ def test_bad_bodies_are_problems_not_errors(client):
 
 
 # --- roles ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def token_server(database, tmp_path_factory):
-    srv = start_server(database, tmp_path_factory.mktemp("assoc"), AUTH__MODE="token", AUTH__SECRET=SECRET)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def as_role(token_server, clean) -> Callable[..., httpx.Client]:
-    clients: list[httpx.Client] = []
-
-    def make(role: str, **claims: Any) -> httpx.Client:
-        token = create_token(AuthSettings(mode="token", secret=SECRET), role=Role(role), sub="someone",
-                             ttl_seconds=600, **claims)  # fmt: skip
-        c = token_server.client(headers={"Authorization": f"Bearer {token}"})
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def test_only_admin_imports_admin_and_operator_export(as_role):

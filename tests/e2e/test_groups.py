@@ -8,13 +8,6 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.auth.tokens import Role, create_token
-from app.settings import AuthSettings
-from tests.conftest import start_server
-
-SECRET = "groups test secret, long enough for HS256"
-HS256 = AuthSettings(mode="token", secret=SECRET)
-
 DEFAULTS = {"job_share": 1000.0, "properties": [], "job_sharing": False,
             "allow_background_tqs": False, "priority": 0, "description": None}  # fmt: skip
 
@@ -161,29 +154,6 @@ def test_malformed_json_is_400(client):
 
 
 # --- roles ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def token_server(database, tmp_path_factory):
-    srv = start_server(database, tmp_path_factory.mktemp("groups"), AUTH__MODE="token", AUTH__SECRET=SECRET)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def as_role(token_server, clean):
-    """A client acting with a freshly minted token of `role`."""
-    clients: list[httpx.Client] = []
-
-    def make(role: str, sub: str = "someone", **claims: Any) -> httpx.Client:
-        bearer = create_token(HS256, role=Role(role), sub=sub, ttl_seconds=600, **claims)
-        c = token_server.client(headers={"Authorization": f"Bearer {bearer}"})
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 @pytest.fixture

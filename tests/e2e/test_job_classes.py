@@ -12,13 +12,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.auth.tokens import Role, create_token
-from app.settings import AuthSettings
-from tests.conftest import start_server
 from tests.e2e.test_concurrency import assert_queue_invariants, query, run_together
 
-SECRET = "job classes test secret, long enough for HS256"
-HS256 = AuthSettings(mode="token", secret=SECRET)
 ANYWHERE = {"Site": "S1", "CPUTime": 10**6}
 
 DEFAULTS = {"default_class": 0, "max_class": 0, "allowed_users": [], "allowed_groups": [],
@@ -294,29 +289,6 @@ def test_patches_racing_pilots_lose_and_duplicate_no_job(client, server, databas
 
 
 # --- roles ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def token_server(database, tmp_path_factory):
-    srv = start_server(database, tmp_path_factory.mktemp("classes"), AUTH__MODE="token", AUTH__SECRET=SECRET)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def as_role(token_server, clean):
-    """A client acting with a freshly minted token of `role`."""
-    clients: list[httpx.Client] = []
-
-    def make(role: str, sub: str = "someone", **claims: Any) -> httpx.Client:
-        bearer = create_token(HS256, role=Role(role), sub=sub, ttl_seconds=600, **claims)
-        c = token_server.client(headers={"Authorization": f"Bearer {bearer}"})
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 @pytest.fixture
