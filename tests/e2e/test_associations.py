@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.api.associations import MAX_DUMP_CHARS
+from tests.e2e.problems import assert_problem
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
 FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of the running venv
@@ -34,12 +35,6 @@ def exported(client: httpx.Client) -> httpx.Response:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     return r
-
-
-def assert_problem(r: httpx.Response, status: int) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    return r.json()
 
 
 def row_count(clean) -> int:

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import REPO, start_server
+from tests.e2e.problems import assert_problem
 
 SECRET = "correct horse battery staple, long enough"
 HS256 = AuthSettings(mode="token", secret=SECRET)
@@ -104,14 +105,6 @@ def as_role(hs_server, clean):
     yield make
     for api in clients:
         api.http.close()
-
-
-def assert_problem(r: httpx.Response, status: int) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    body = r.json()
-    assert body["status"] == status and body["title"] and body["detail"]
-    return body
 
 
 # --- 401: who are you? -----------------------------------------------------------

@@ -8,14 +8,10 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.e2e.problems import assert_problem
+
 DEFAULTS = {"job_share": 1000.0, "properties": [], "job_sharing": False,
             "allow_background_tqs": False, "priority": 0, "description": None}  # fmt: skip
-
-
-def assert_problem(r: httpx.Response, status: int) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    return r.json()
 
 
 def put(client: httpx.Client, name: str, **body: Any) -> httpx.Response:

@@ -12,18 +12,13 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.e2e.problems import assert_problem
 from tests.e2e.test_concurrency import assert_queue_invariants, query, run_together
 
 ANYWHERE = {"Site": "S1", "CPUTime": 10**6}
 
 DEFAULTS = {"default_class": 0, "max_class": 0, "allowed_users": [], "allowed_groups": [],
             "priority": 0, "description": None}  # fmt: skip
-
-
-def assert_problem(r: httpx.Response, status: int) -> dict:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json")
-    return r.json()
 
 
 def put_class(api: httpx.Client, name: str, **body: Any) -> httpx.Response:

@@ -17,7 +17,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-PROBLEM_KEYS = {"type", "title", "status", "detail"}
+from tests.e2e.problems import assert_problem
+
 PILOT = {"Site": "S1", "CPUTime": 10**7, "PilotReference": "pilot-1"}
 
 
@@ -99,15 +100,6 @@ def count_rows(database, table: str, where: str = "1=1", **params) -> int:
 
 def in_tq_jobs(database, job_id: int) -> bool:
     return count_rows(database, "tq_jobs", "job_id = :j", j=job_id) == 1
-
-
-def assert_problem(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert PROBLEM_KEYS <= body.keys(), body
-    assert body["status"] == status
-    return body
 
 
 def job_in(client: httpx.Client, state: str) -> int:
