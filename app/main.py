@@ -15,19 +15,25 @@ import app as package
 from app import background
 from app.api import associations as associations_api
 from app.api import groups as groups_api
+from app.api import status as status_api
 from app.api import (
+    body_limits,
     health,
     job_classes,
     jobs,
-    limits,
     matching,
+    observe,
     openapi,
     priorities,
     problems,
+    site_limits,
 )
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
+from app.gauges import DatabaseGauges
+from app.limits import rules as limit_rules
+from app.limits import store as limit_store
 from app.priority import groups
 from app.priority.service import configured_corrections
 from app.settings import AuthMode, Settings, get_settings
@@ -65,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await check_schema(engine, settings.database_url)
             async with engine.connect() as conn:
                 await groups.create_missing(conn, settings.groups)
+                await limit_store.create_missing(conn, limit_rules.from_settings(settings.site_limits))
         except BaseException:
             await engine.dispose()
             raise
@@ -73,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.rng = random.Random()
         app.state.verifier = verifier
         app.state.corrections = corrections
+        app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
         tasks = background.start(engine, settings, corrections)
         try:
             yield
@@ -89,7 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
-    limits.install(app, settings)
+    body_limits.install(app, settings)
+    observe.install(app, settings.server.access_log)
     openapi.install(app)
     app.include_router(jobs.router, prefix=API_PREFIX)
     app.include_router(groups_api.router, prefix=API_PREFIX)
@@ -97,5 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(job_classes.router, prefix=API_PREFIX)
     app.include_router(matching.router, prefix=API_PREFIX)
     app.include_router(priorities.router, prefix=API_PREFIX)
+    app.include_router(status_api.router, prefix=API_PREFIX)
+    app.include_router(site_limits.router, prefix=API_PREFIX)
     app.include_router(health.router)
     return app

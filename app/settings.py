@@ -64,6 +64,21 @@ class ServerSettings(Section):
     graceful_shutdown_seconds: float = Field(
         30, gt=0, description="On SIGTERM, how long in-flight requests may take to finish."
     )
+    log_format: Literal["json", "text"] = Field(
+        "json", description="`json`: one JSON object per line (with request ids); `text`: plain lines."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="`debug` also logs every match decision."
+    )
+    access_log: bool = Field(True, description="One line per HTTP request (route, status, duration).")
+    metrics_dir: Path | None = Field(
+        None,
+        description="Directory the workers share for Prometheus metrics; emptied at start. "
+        "Unset: a new temporary directory.",
+    )
+    metrics_cache_seconds: float = Field(
+        5, ge=0, description="How long gauges read from the database are reused between scrapes."
+    )
 
 
 class AuthMode(StrEnum):
@@ -231,6 +246,37 @@ class GroupSettings(Section):
     priority: int = 0
 
 
+LimitAttribute = Literal["job_type", "owner_group", "owner"]
+_DIRAC_ATTRIBUTES = {"JobType": "job_type", "OwnerGroup": "owner_group", "Owner": "owner"}
+
+
+class SiteLimitSettings(Section):
+    """One site's limits, as DIRAC's `Sites/<site>/RunningLimit|MatchingDelay/<attribute>/<value>`."""
+
+    running_limit: dict[LimitAttribute, dict[str, int]] = Field(
+        default_factory=dict, description="attribute → value → most jobs Matched + Running at the site."
+    )
+    matching_delay: dict[LimitAttribute, dict[str, float]] = Field(
+        default_factory=dict, description="attribute → value → least seconds between two matches at the site."
+    )
+
+    @field_validator("running_limit", "matching_delay", mode="before")
+    @classmethod
+    def _dirac_attribute_names(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {_DIRAC_ATTRIBUTES.get(k, k): v for k, v in value.items()}
+        return value
+
+    @field_validator("running_limit", "matching_delay")
+    @classmethod
+    def _not_negative(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for attribute, amounts in value.items():
+            for name, amount in amounts.items():
+                if amount < 0:
+                    raise ValueError(f"{attribute}.{name} must not be negative, got {amount}")
+        return value
+
+
 POLICY_LOTTERY = {"dirac": Lottery.exact, "rank": Lottery.highest, "multifactor": Lottery.highest}
 
 
@@ -255,6 +301,10 @@ class Settings(BaseSettings):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
+    )
+    site_limits: dict[str, SiteLimitSettings] = Field(
+        default_factory=dict,
+        description="Site limits created at start-up when not yet in the database (then edited over the API).",
     )
 
     @model_validator(mode="after")

@@ -1,12 +1,14 @@
-"""Liveness and readiness."""
+"""Liveness, readiness and the Prometheus scrape endpoint."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from app.api.schemas import Health
+from app.metrics import process_metrics
 
 router = APIRouter(tags=["health"])
 
@@ -29,3 +31,15 @@ async def readyz(request: Request) -> dict | JSONResponse:
     except Exception:  # any failure to reach the database means not ready
         return JSONResponse({"status": "unavailable"}, status_code=503, headers={"Retry-After": "5"})
     return {"status": "ready"}
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    summary="Prometheus metrics (text exposition format)",
+)
+async def metrics(request: Request) -> Response:
+    gauges = request.app.state.gauges
+    await gauges.refresh(request.app.state.engine)
+    return Response(process_metrics() + gauges.exposition(), media_type=CONTENT_TYPE_LATEST)

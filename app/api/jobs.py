@@ -18,6 +18,7 @@ from app.jobs import classes, store
 from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest
+from app.metrics import SUBMITTED_JOBS
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -57,7 +58,9 @@ async def submit_jobs(
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
             [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
         )
-    return {"jobs": await store.submit(conn, specs, settings)}
+    queued = await store.submit(conn, specs, settings)
+    SUBMITTED_JOBS.inc(len(queued))
+    return {"jobs": queued}
 
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")

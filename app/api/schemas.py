@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -83,8 +83,24 @@ class TaskQueueList(BaseModel):
     task_queues: list[TaskQueue]
 
 
+class LimitReason(BaseModel):
+    """A site limit that keeps a task queue from this resource now."""
+
+    rule: Literal["running_limit", "matching_delay"]
+    site: str
+    attribute: Literal["job_type", "owner_group", "owner"]
+    value: str
+    limit: int | None = Field(None, description="running_limit: the most jobs Matched + Running.")
+    running: int | None = Field(None, description="running_limit: jobs Matched + Running now.")
+    delay_seconds: float | None = Field(None, description="matching_delay: seconds between two matches.")
+    next_match_at: datetime | None = Field(None, description="matching_delay: when the next match may be.")
+
+
 class MatchingTaskQueue(TaskQueue):
     probability: float = Field(description="Chance that a match with this resource draws this TQ.")
+    excluded_by: list[LimitReason] = Field(
+        default_factory=list, description="Site limits that keep this TQ out now (then probability is 0)."
+    )
 
 
 class MatchingTaskQueueList(BaseModel):

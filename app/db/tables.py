@@ -113,6 +113,8 @@ jobs = Table(
     Index("ix_jobs_owner_group_id", "owner_group", "id"),
     # the lease sweep looks for Matched jobs whose lease ran out
     Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+    # site limits count the jobs holding a slot at one site
+    Index("ix_jobs_site_status", "site", "status"),
 )
 
 # The waiting jobs. The index serves both the user-priority level draw
@@ -256,6 +258,28 @@ usage_charges = Table(
     Column("owner", String(NAME), nullable=False),
     Column("account", String(NAME), nullable=False),
     Column("charge", Float, nullable=False),
+)
+
+# Site limits (DIRAC Limiter): one row per site × attribute × value.
+site_limits = Table(
+    "site_limits",
+    metadata,
+    Column("site", String(NAME), primary_key=True),
+    Column("attribute", String(16), primary_key=True),  # job_type, owner_group, owner
+    Column("value", String(NAME), primary_key=True),
+    Column("running_limit", Integer),  # at most this many Matched + Running
+    Column("matching_delay", Float),  # at least this many seconds between two matches
+)
+
+# When a limited value was last matched at a site; kept apart from the limits
+# so that replacing the limits does not forget a running delay.
+site_limit_matches = Table(
+    "site_limit_matches",
+    metadata,
+    Column("site", String(NAME), primary_key=True),
+    Column("attribute", String(16), primary_key=True),
+    Column("value", String(NAME), primary_key=True),
+    Column("last_match_at", DateTime(timezone=True), nullable=False),
 )
 
 # Written by the service's background work on its own schedule, never by a request.

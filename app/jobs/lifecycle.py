@@ -23,6 +23,8 @@ class JobStatus(StrEnum):
 
 
 FINAL = frozenset({JobStatus.Done, JobStatus.Failed, JobStatus.Killed})
+# the jobs that occupy a slot at their site (what site running limits count)
+HOLDING_A_SLOT = frozenset({JobStatus.Matched, JobStatus.Running})
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Killed}),

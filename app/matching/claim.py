@@ -14,6 +14,7 @@ the database write lock, so no other claim can interleave.
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +41,17 @@ class ClaimTarget:
 class Claimed:
     job: Any  # the jobs row after the claim
     tq_now_empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The claimed job broke a site limit; its claim was rolled back."""
+
+    reasons: list[dict[str, Any]]
+
+
+# Checks the claimed job inside the claim's transaction; a non-empty answer refuses it.
+Guard = Callable[[AsyncConnection, Any], Awaitable[list[dict[str, Any]]]]
 
 
 _LEVEL_CANDIDATES = """
@@ -117,7 +129,8 @@ async def claim(
     now: datetime,
     lease_until: datetime,
     rng: random.Random,
-) -> Claimed | None:
+    guard: Guard | None = None,
+) -> Claimed | Refused | None:
     """Claim one job in its own transaction; None if the pick was lost or the TQ ran dry."""
     params = {
         "tq_id": target.tq_id,
@@ -131,15 +144,19 @@ async def claim(
         "now": now,
         "lease_until": lease_until,
     }
-    if is_postgresql(conn):
-        statement = CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
-        async with conn.begin():
+    async with conn.begin() as transaction:
+        if is_postgresql(conn):
+            statement = CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
             row = (await conn.execute(statement, params)).first()
-        if row is None:
-            return None
-        return Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
-    async with conn.begin():
-        return await _claim_serialised(conn, target, params, rng)
+            claimed = None if row is None else Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
+        else:
+            claimed = await _claim_serialised(conn, target, params, rng)
+        if claimed is not None and guard is not None:
+            reasons = await guard(conn, claimed.job)
+            if reasons:
+                await transaction.rollback()
+                return Refused(reasons)
+    return claimed
 
 
 async def _claim_serialised(

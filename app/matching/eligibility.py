@@ -53,6 +53,12 @@ def conditions(q: ResourceQuery) -> list[ColumnElement[bool]]:
         where.append(or_(tq.c.owner == q.owner, tq.c.owner_group.in_(sharing)))
     if q.vo is not None:
         where.append(tq.c.vo == q.vo)
+    if q.banned_job_types:
+        where.append(not_(_has_one_of("job_types", q.banned_job_types)))
+    if q.banned_owner_groups:
+        where.append(tq.c.owner_group.not_in(sorted(q.banned_owner_groups)))
+    if q.banned_owners:
+        where.append(tq.c.owner.not_in(sorted(q.banned_owners)))
     if q.job_id is not None:
         where.append(
             exists().where(tq_jobs.c.tq_id == tq.c.id, tq_jobs.c.job_id == q.job_id)

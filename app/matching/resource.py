@@ -108,3 +108,7 @@ class ResourceQuery:
     owner: str | None
     vo: str | None
     job_id: int | None
+    # values a site limit keeps out right now (DIRAC's Limiter's negative conditions)
+    banned_job_types: frozenset[str] = frozenset()
+    banned_owner_groups: frozenset[str] = frozenset()
+    banned_owners: frozenset[str] = frozenset()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any
 
 from sqlalchemy import select
@@ -14,11 +15,14 @@ from app.clock import utcnow
 from app.db.engine import read_transaction
 from app.db.tables import jobs, match_requests
 from app.jobs.store import job_dict, lease_until
+from app.limits import store as limit_store
+from app.limits.rules import SiteLimits, with_banned
 from app.matching.choice import Candidate, chances, choose
-from app.matching.claim import ClaimTarget, claim, level_weights
+from app.matching.claim import ClaimTarget, Refused, claim, level_weights
 from app.matching.eligibility import eligible_task_queues
 from app.matching.lottery import draw
 from app.matching.resource import ResourceDescription, ResourceQuery
+from app.metrics import CLAIM_CONFLICTS, MATCH_DURATION, MATCH_REQUESTS, SITE_LIMIT_EXCLUSIONS
 from app.settings import Settings
 from app.taskqueues import store as tq_store
 
@@ -61,25 +65,53 @@ async def match(
 
     `requester` (the caller's identity) is recorded on the job and scopes request ids.
     """
+    started = time.perf_counter()
+    result = "error"
+    try:
+        job, result = await _match(conn, resource, settings, rng, requester)
+        return job
+    finally:
+        MATCH_REQUESTS.labels(result).inc()
+        MATCH_DURATION.observe(time.perf_counter() - started)
+
+
+async def _match(
+    conn: AsyncConnection,
+    resource: ResourceDescription,
+    settings: Settings,
+    rng: random.Random,
+    requester: str,
+) -> tuple[dict[str, Any] | None, str]:
+    """The job (or None) and how the request ended, for the metrics."""
     query = resource.to_query()
     if resource.request_id is not None:
         previous = await _previous_match(conn, requester, resource.request_id)
         if previous is not None:
-            return previous
+            return previous, "replayed"
+    limits = await _site_limits(conn, query.site)
+    guard = None
+    if limits is not None:
+        query = _restricted(query, limits)
+        site = query.site
+
+        async def guard(c: AsyncConnection, job: Any) -> list[dict[str, Any]]:
+            return await limit_store.admit(c, limits, site, job, utcnow())
+
     options = settings.matching
-    dry: set[int] = set()  # TQs found empty during this request
+    passed_over: set[int] = set()  # TQs found empty, or refused by a limit, during this request
     for attempt in range(options.claim_attempts):
-        candidates = [c for c in await _eligible(conn, query) if c.tq_id not in dry]
+        candidates = [c for c in await _eligible(conn, query) if c.tq_id not in passed_over]
         chosen = choose(candidates, options, rng)
         if chosen is None:
-            return None
+            _log_decision(resource, len(candidates), None, None)
+            return None, "no_match"
         if query.job_id is not None:
             target = ClaimTarget(chosen.tq_id, job_id=query.job_id)
         else:
             async with read_transaction(conn):
                 levels = await level_weights(conn, chosen.tq_id)
             if not levels:
-                dry.add(chosen.tq_id)
+                passed_over.add(chosen.tq_id)
                 continue
             index = draw([p for p, _ in levels], options.lottery, rng, counts=[n for _, n in levels])
             # widen the window when a crowd of matchers holds the lowest ids
@@ -98,18 +130,56 @@ async def match(
                 now=now,
                 lease_until=lease_until(now, settings),
                 rng=rng,
+                guard=guard,
             )
         except IntegrityError:
             # the same request_id was claimed concurrently: answer with that job
             if resource.request_id is None:
                 raise
-            return await _previous_match(conn, requester, resource.request_id)
+            return await _previous_match(conn, requester, resource.request_id), "replayed"
+        if isinstance(claimed, Refused):
+            for rule in {reason["rule"] for reason in claimed.reasons}:
+                SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
+            query = with_banned(query, claimed.reasons)  # other TQs of that value are out too
+            passed_over.add(chosen.tq_id)
+            continue
         if claimed is None:
+            CLAIM_CONFLICTS.inc()
             continue
         if claimed.tq_now_empty:
             await _tidy_empty_queue(conn, chosen.tq_id)
-        return _answer(claimed.job, chosen.tq_id)
-    return None
+        _log_decision(resource, len(candidates), chosen, claimed.job.id)
+        return _answer(claimed.job, chosen.tq_id), "matched"
+    return None, "no_match"
+
+
+async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | None:
+    if site is None:
+        return None
+    async with read_transaction(conn):
+        return await limit_store.of_site(conn, site, utcnow())
+
+
+def _restricted(query: ResourceQuery, limits: SiteLimits) -> ResourceQuery:
+    restricted = limits.restrict(query)
+    for rule in {reason["rule"] for reasons in limits.blocked().values() for reason in reasons}:
+        SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
+    return restricted
+
+
+def _log_decision(resource: ResourceDescription, eligible: int, chosen: Candidate | None, job_id: int | None) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "match decision",
+            extra={
+                "site": resource.site,
+                "eligible_task_queues": eligible,
+                "task_queue_id": chosen.tq_id if chosen else None,
+                "priority_class": chosen.priority_class if chosen else None,
+                "tq_priority": chosen.priority if chosen else None,
+                "job_id": job_id,
+            },
+        )
 
 
 async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
@@ -124,14 +194,22 @@ async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
 async def explain(
     conn: AsyncConnection, resource: ResourceDescription, settings: Settings
 ) -> list[dict[str, Any]]:
-    """The eligible TQs, each with the probability that a match draws it."""
+    """The eligible TQs, each with the probability that a match draws it.
+
+    A TQ a site limit keeps out now is listed with probability 0 and the
+    limits that exclude it (`excluded_by`).
+    """
     query = resource.to_query()
     candidates = await _eligible(conn, query)
     if not candidates:
         return []
-    odds = chances(candidates, settings.matching)
     async with read_transaction(conn):
         tqs = await tq_store.read_task_queues(conn, [c.tq_id for c in candidates])
+        limits = await limit_store.of_site(conn, query.site, utcnow())
     for tq in tqs:
-        tq["probability"] = odds[tq["task_queue_id"]]
+        tq["excluded_by"] = limits.reasons_for(tq) if limits is not None else []
+    excluded = {tq["task_queue_id"] for tq in tqs if tq["excluded_by"]}
+    odds = chances([c for c in candidates if c.tq_id not in excluded], settings.matching)
+    for tq in tqs:
+        tq["probability"] = odds.get(tq["task_queue_id"], 0.0)
     return sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"]))

@@ -7,6 +7,7 @@ interval ago, so N replicas still recompute once per interval.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from app.db.tables import (
     task_queues,
     tq_jobs,
 )
+from app.metrics import RECOMPUTE_DURATION
 from app.priority import (
     corrector,
     dirac,
@@ -292,6 +294,7 @@ async def recompute(
         else:
             await lock(conn, PRIORITY_LOCK)
         started = utcnow()  # the run starts once it holds the lock
+        clock = time.perf_counter()
         rows = await _loads(conn)
         outcome = await DECIDERS[settings.priority.policy](conn, settings, corrections, rows, started)
         changed = await _apply(conn, rows, outcome)
@@ -314,6 +317,7 @@ async def recompute(
             )
         ).scalar_one()  # fmt: skip
         await conn.execute(delete(priority_runs).where(priority_runs.c.id <= run_id - KEEP_RUNS))
+    RECOMPUTE_DURATION.observe(time.perf_counter() - clock)
     return {
         "runner": runner,
         "started_at": started,
