@@ -1,0 +1,78 @@
+"""JSON log lines, request-id handling and the database gauges' pure parts."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from app.api.observe import _request_id
+from app.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
+from app.logs import JsonFormatter, TextFormatter, request_id
+
+
+def record(message: str, **extra) -> logging.LogRecord:
+    rec = logging.LogRecord("fairmatch.matching", logging.DEBUG, __file__, 1, message, None, None)
+    for key, value in extra.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def test_json_lines_carry_fields_and_the_request_id():
+    token = request_id.set("abc123")
+    try:
+        line = JsonFormatter().format(record("match decision", site="LCG.A.ch", job_id=7))
+    finally:
+        request_id.reset(token)
+    entry = json.loads(line)
+    assert entry["message"] == "match decision" and entry["level"] == "debug"
+    assert entry["request_id"] == "abc123"
+    assert entry["site"] == "LCG.A.ch" and entry["job_id"] == 7
+    assert "request_id" not in json.loads(JsonFormatter().format(record("outside a request")))
+
+
+def test_json_lines_hold_exceptions_and_text_lines_the_request_id():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        rec = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
+    assert "ValueError: boom" in json.loads(JsonFormatter().format(rec))["exception"]
+    token = request_id.set("r-1")
+    try:
+        assert TextFormatter().format(record("hello")).endswith("hello [request r-1]")
+    finally:
+        request_id.reset(token)
+
+
+@pytest.mark.parametrize(
+    ("header", "kept"),
+    [(b"pilot-42.req:7", True), (b"x" * 64, True), (b"x" * 65, False), (b"bad id", False), (b"\xff", False)],
+)
+def test_only_sane_request_ids_are_taken(header, kept):
+    rid = _request_id({"headers": [(b"x-request-id", header)]})
+    assert (rid == header.decode(errors="replace")) is kept
+    assert len(rid) <= 64
+
+
+def test_target_shares_are_normalised_over_active_groups():
+    shares = target_shares({"a": 3000, "b": 1000, "idle": 5000}, {"a", "b", "unknown"})
+    assert shares == pytest.approx({"a": 0.6, "b": 0.2, "unknown": 0.2})
+    assert target_shares({"a": 0}, {"a"}) == {"a": 0.0}
+
+
+def test_corrections_come_from_the_last_run_report():
+    report = {"corrections": {"groups": {"group": None, "entities": {"lhcb_mc": {"correction": 1.5}}}}}
+    assert corrections_of(report) == {("groups", "lhcb_mc"): 1.5}
+    assert corrections_of(None) == {} and corrections_of({"corrections": {}}) == {}
+
+
+def test_gauges_exposition_without_the_database():
+    gauges = DatabaseGauges(5)
+    assert b"fairmatch_database_up 0.0" in gauges.exposition()
+    gauges.snapshot = Snapshot(waiting={"g": 4}, task_queues=2, database_up=True)
+    text = gauges.exposition().decode()
+    assert 'fairmatch_waiting_jobs{owner_group="g"} 4.0' in text
+    assert "fairmatch_task_queues 2.0" in text
