@@ -8,35 +8,35 @@ commands that need them, so client commands start quickly.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import sys
-import tomllib
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from app.cli_client import Service, TokenOption, UrlOption, call_api, connect
+from app.cli_common import EXIT_FAILED, EXIT_USAGE, fail, load_settings_or_exit, note, print_json
+from app.cli_files import load_jobs
+
 if TYPE_CHECKING:
     from app.settings import Settings
 
-API_PREFIX = "/api/v1"  # app.main.API_PREFIX; not imported, as that pulls in FastAPI and SQLAlchemy
 BATCH_SIZE = 10_000  # the server's largest POST /jobs
-HTTP_TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # a full batch may take a while to queue
 SHOWN_VALUES = 3  # longer list cells are shortened to "a, b, c (+N)"
 REPEATABLE = "Repeat for several."
 TQ_COLUMNS = (
     "id", "owner", "group", "vo", "cpu_time", "class", "priority", "jobs", "sites", "platforms", "tags",
 )  # fmt: skip
-NUMERIC_COLUMNS = {"id", "TQ", "cpu_time", "class", "priority", "jobs", "probability"}
-
-EXIT_FAILED = 1  # the service or the database said no, or could not be reached
-EXIT_USAGE = 2  # the user's input or settings are wrong (also click's usage-error code)
+NUMERIC_COLUMNS = {
+    "id", "TQ", "cpu_time", "class", "priority", "jobs", "probability", "uprio", "job_share",
+    "waiting", "matched", "running", "stalled", "matches", "per second", "task queues", "running_limit",
+    "matching_delay",
+}  # fmt: skip
 
 cli = typer.Typer(
     name="fairmatch",
@@ -55,34 +55,14 @@ cli.add_typer(token_cli, name="token")
 # --- shared helpers ---------------------------------------------------------
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def note(message: str) -> None:
-    typer.echo(message, err=True)
-
-
 def stdout_is_tty() -> bool:
     """The one place that decides between tables and JSON (tests replace it)."""
     return sys.stdout.isatty()
 
 
-def load_settings_or_exit() -> Settings:
-    from pydantic import ValidationError
-
-    from app.settings import ConfigFileError, get_settings
-
-    try:
-        return get_settings()
-    except ConfigFileError as exc:
-        fail(f"invalid settings: {exc}", EXIT_USAGE)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
-        fail(f"invalid settings: {problems}", EXIT_USAGE)
+def stderr_is_tty() -> bool:
+    """Progress bars or plain progress lines (tests replace it)."""
+    return sys.stderr.isatty()
 
 
 # --- serve ------------------------------------------------------------------
@@ -117,6 +97,11 @@ def serve(
         note(upgrade_database(settings.database_url, "head"))
     else:
         require_head(settings.database_url)
+    from app.logs import uvicorn_log_config
+    from app.metrics import prepare_multiprocess_directory
+
+    # before any worker imports prometheus-client (it picks its value store on import)
+    prepare_multiprocess_directory(settings.server.metrics_dir)
     note(f"fairmatch listening on http://{format_host(host)}:{port} ({workers} worker{'s' * (workers > 1)})")
     uvicorn.run(
         "app.main:create_app",
@@ -124,6 +109,8 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        log_config=uvicorn_log_config(settings.server.log_format, settings.server.log_level),
+        access_log=False,  # the service writes its own access lines (route, duration, request id)
         # on SIGTERM: stop accepting, let in-flight requests finish, then exit
         timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,
     )
@@ -298,66 +285,6 @@ def token_create(
     typer.echo(token)
 
 
-# --- HTTP client ------------------------------------------------------------
-
-UrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        envvar="FAIRMATCH_URL",
-        show_default="http://127.0.0.1:<server.port setting>",
-        help="Base URL of the service.",
-    ),
-]
-
-
-def service_url(url: str | None) -> str:
-    if url:
-        return url.rstrip("/")
-    return f"http://127.0.0.1:{load_settings_or_exit().server.port}"
-
-
-def request_api(url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    """One request; a transport failure or an error answer ends the command with a one-line message."""
-    try:
-        response = httpx.request(method, f"{url}{API_PREFIX}{path}", timeout=HTTP_TIMEOUT, **kwargs)
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        fail(f"--url {url!r} is not a usable URL: {exc}", EXIT_USAGE)
-    except httpx.ConnectError as exc:
-        fail(f"cannot connect to fairmatch at {url} ({exc}); is `fairmatch serve` running there?")
-    except httpx.TransportError as exc:
-        fail(f"no answer from fairmatch at {url}: {type(exc).__name__} {exc}".rstrip())
-    if response.is_error:
-        fail(problem_message(response))
-    return response
-
-
-def call_api(url: str, method: str, path: str, body: Any = None) -> Any:
-    """One JSON request, its JSON answer."""
-    response = request_api(url, method, path, json=body)
-    try:
-        return response.json()
-    except ValueError:
-        fail(f"the answer from {url} is not JSON; is it a fairmatch service?")
-
-
-def problem_message(response: httpx.Response) -> str:
-    """`<title>: <detail>` from an RFC 9457 problem, or the status line if there is none."""
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = None
-    if isinstance(problem, dict) and problem.get("title"):
-        title, detail = problem["title"], problem.get("detail")
-    else:
-        title, detail = f"HTTP {response.status_code} {response.reason_phrase}", response.text[:200].strip()
-    return f"{title}: {detail}" if detail and detail != title else str(title)
-
-
-def print_json(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
-
-
 # --- submit -----------------------------------------------------------------
 
 
@@ -373,6 +300,7 @@ def submit(
         ),
     ],
     url: UrlOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Queue the jobs in FILE and show their ids and task queues.
 
@@ -380,95 +308,54 @@ def submit(
     batch fails the batches before it stay queued.
     """
     jobs = load_jobs(file)
-    base = service_url(url)
+    api = connect(url, token)
     batches = [jobs[i : i + BATCH_SIZE] for i in range(0, len(jobs), BATCH_SIZE)]
     if len(batches) == 1:
-        answer = call_api(base, "POST", "/jobs", {"jobs": jobs})
+        answer = call_api(api, "POST", "/jobs", {"jobs": jobs})
     else:
-        answer = {"jobs": submit_batches(base, batches, len(jobs))}
+        answer = {"jobs": submit_batches(api, batches, len(jobs))}
     show(answer, jobs_table)
 
 
-def submit_batches(url: str, batches: list[list[dict]], total: int) -> list[dict]:
+def submit_batches(api: Service, batches: list[list[dict]], total: int) -> list[dict]:
     queued: list[dict] = []
-    for number, batch in enumerate(batches, start=1):
-        where = f"batch {number}/{len(batches)} (jobs {len(queued) + 1}-{len(queued) + len(batch)})"
-        try:
-            queued += call_api(url, "POST", "/jobs", {"jobs": batch})["jobs"]
-        except typer.Exit:
-            # the error's job indexes count from the batch's first job
-            note(f"{where} failed; the {len(queued)} jobs before it stay queued")
-            raise
-        note(f"{where} queued: {len(queued)}/{total} jobs")
+    with batch_progress(total) as report:
+        for number, batch in enumerate(batches, start=1):
+            where = f"batch {number}/{len(batches)} (jobs {len(queued) + 1}-{len(queued) + len(batch)})"
+            try:
+                queued += call_api(api, "POST", "/jobs", {"jobs": batch})["jobs"]
+            except typer.Exit:
+                # the error's job indexes count from the batch's first job
+                note(f"{where} failed; the {len(queued)} jobs before it stay queued")
+                raise
+            report(len(batch), f"{where} queued: {len(queued)}/{total} jobs")
     return queued
 
 
-def load_jobs(file: str) -> list[dict]:
-    text, kind = read_jobs_file(file)
-    name = "stdin" if file == "-" else file
-    document = parse_document(text, kind, name)
-    return job_list(document, name)
+@contextmanager
+def batch_progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """Yields report(jobs_done, line): a progress bar on a terminal, else the line on stderr."""
+    if not stderr_is_tty():
+        yield lambda _done, line: note(line)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-def read_jobs_file(file: str) -> tuple[str, str]:
-    if file == "-":
-        return sys.stdin.read(), "json"
-    path = Path(file)
-    kind = path.suffix.lower().lstrip(".")
-    if kind not in ("json", "toml"):
-        fail(f"{file}: the file name must end in .json or .toml (or use - for JSON on stdin)", EXIT_USAGE)
-    try:
-        return path.read_text(encoding="utf-8"), kind
-    except OSError as exc:
-        fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_USAGE)
-    except UnicodeDecodeError as exc:
-        fail(f"{file} is not UTF-8 text: {exc.reason} at byte {exc.start}", EXIT_USAGE)
-
-
-def parse_document(text: str, kind: str, name: str) -> Any:
-    try:
-        if kind == "toml":
-            # TOML dates and times have no JSON form: send them as ISO 8601 strings
-            return json.loads(json.dumps(tomllib.loads(text), default=iso_format))
-        return json.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        fail(f"{name} is not valid TOML: {exc}", EXIT_USAGE)
-    except json.JSONDecodeError as exc:
-        fail(f"{name} is not valid JSON: {exc}", EXIT_USAGE)
-
-
-def iso_format(value: Any) -> str:
-    if isinstance(value, (dt.date, dt.time)):  # datetime is a date
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} has no JSON form")
-
-
-def job_list(document: Any, name: str) -> list[dict]:
-    if isinstance(document, dict):
-        if set(document) != {"jobs"}:
-            found = ", ".join(sorted(document)) or "nothing"
-            fail(f"{name}: expected only a 'jobs' list (or [[jobs]] tables), found: {found}", EXIT_USAGE)
-        document = document["jobs"]
-    if not isinstance(document, list):
-        fail(f"{name}: expected a list of jobs, found {type(document).__name__}", EXIT_USAGE)
-    if not document:
-        fail(f"{name} contains no jobs", EXIT_USAGE)
-    for number, job in enumerate(document, start=1):
-        if not isinstance(job, dict):
-            fail(f"{name}: job {number} is a {type(job).__name__}, not an object", EXIT_USAGE)
-    return document
+    columns = (TextColumn("queueing jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("submit", total=total)
+        yield lambda done, _line: progress.advance(task, done)
 
 
 # --- taskqueues and match ---------------------------------------------------
 
 
 @cli.command()
-def taskqueues(url: UrlOption = None) -> None:
+def taskqueues(url: UrlOption = None, token: TokenOption = None) -> None:
     """List all task queues.
 
     A task queue groups the waiting jobs with equal requirements.
     """
-    answer = call_api(service_url(url), "GET", "/taskqueues")
+    answer = call_api(connect(url, token), "GET", "/taskqueues")
     show(answer, lambda doc: task_queue_table(doc, "Task queues"))
 
 
@@ -498,6 +385,7 @@ def match(
         bool, typer.Option("--whole-node", help="The slot is a whole node (adds the WholeNode tag).")
     ] = False,
     url: UrlOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Dry run: eligible task queues and their chances.
 
@@ -519,7 +407,7 @@ def match(
         "whole_node": whole_node or None,
     }
     given = {key: value for key, value in resource.items() if value not in (None, [])}
-    answer = call_api(service_url(url), "POST", "/taskqueues/matching", given)
+    answer = call_api(connect(url, token), "POST", "/taskqueues/matching", given)
     show(answer, lambda doc: task_queue_table(doc, f"Task queues eligible at {site}", with_probability=True))
 
 
@@ -566,72 +454,26 @@ def new_table(title: str, *columns: str, caption: str | None = None) -> Table:
     return table
 
 
+def fields_table(title: str, document: dict, caption: str | None = None) -> Table:
+    """One object as a two-column table, field by field; lists shortened."""
+    table = new_table(title, "field", "value", caption=caption)
+    for name, value in document.items():
+        if isinstance(value, list):
+            shown = shortened(str(v) for v in value)
+        elif isinstance(value, dict):
+            shown = json.dumps(value, ensure_ascii=False)
+        else:
+            shown = "-" if value is None else str(value)
+        table.add_row(name, shown)
+    return table
+
+
 def shortened(values: Iterable[str]) -> str:
     values = list(values)
     if not values:
         return "-"
     extra = len(values) - SHOWN_VALUES
     return ", ".join(values[:SHOWN_VALUES]) + (f" (+{extra})" if extra > 0 else "")
-
-
-# --- associations -----------------------------------------------------------
-
-associations_cli = typer.Typer(help="The Slurm association tree (sacctmgr format).", no_args_is_help=True)
-cli.add_typer(associations_cli, name="associations")
-
-SACCTMGR_COMMAND = "sacctmgr -n -p show assoc cluster=X format=account,share,parentn,user"
-
-
-@associations_cli.command("import")
-def associations_import(
-    file: Annotated[
-        str,
-        typer.Argument(
-            metavar="FILE", show_default=False, help=f"The output of `{SACCTMGR_COMMAND}`; - reads stdin."
-        ),
-    ],
-    url: UrlOption = None,
-) -> None:
-    """Replace the whole association tree with a sacctmgr dump.
-
-    All or nothing: a dump with a wrong line is refused, naming the line, and the tree stays as it was.
-    """
-    text = read_dump(file)
-    response = call_api_text(service_url(url), "PUT", "/associations", content=text)
-    answer = response.json()
-    if stdout_is_tty():
-        typer.echo(f"imported {answer['associations']} associations")
-    else:
-        print_json(answer)
-
-
-@associations_cli.command("export")
-def associations_export(url: UrlOption = None) -> None:
-    """Print the association tree as a sacctmgr dump, byte for byte the text imported."""
-    response = call_api_text(service_url(url), "GET", "/associations")
-    # not typer.echo: the text must reach stdout unchanged, with no newline added
-    sys.stdout.write(response.text)
-    sys.stdout.flush()
-
-
-def read_dump(file: str) -> str:
-    """The file's exact text: bytes decoded, line endings untouched (the server judges them)."""
-    try:
-        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
-    except OSError as exc:
-        fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_USAGE)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        fail(f"{file} is not UTF-8 text: {exc.reason} at byte {exc.start}", EXIT_USAGE)
-
-
-def call_api_text(url: str, method: str, path: str, content: str | None = None) -> httpx.Response:
-    """call_api for a text/plain body and answer."""
-    headers = {"accept": "text/plain, application/json"}
-    if content is not None:
-        headers["content-type"] = "text/plain; charset=utf-8"
-    return request_api(url, method, path, content=content, headers=headers)
 
 
 # --- sprio and sshare ---------------------------------------------------------
@@ -644,10 +486,11 @@ def sprio(
     task_queue: Annotated[int | None, typer.Option("--tq", help="Only this task queue.")] = None,
     jobs: Annotated[int, typer.Option(min=0, max=10_000, help="Waiting jobs to list.")] = 0,
     url: UrlOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Why each task queue has its priority: the policy's terms or factors (like Slurm's sprio)."""
     query = f"?jobs_limit={jobs}" + (f"&task_queue_id={task_queue}" if task_queue else "")
-    show(call_api(service_url(url), "GET", f"/priorities{query}"), sprio_table)
+    show(call_api(connect(url, token), "GET", f"/priorities{query}"), sprio_table)
 
 
 def _origin_columns(policy: str, origin: dict | None) -> list[str]:
@@ -683,9 +526,9 @@ def sprio_table(document: dict) -> Table:
 
 
 @cli.command()
-def sshare(url: UrlOption = None) -> None:
+def sshare(url: UrlOption = None, token: TokenOption = None) -> None:
     """Shares, usage and fair-share factors of the last priority run (like Slurm's sshare)."""
-    show(call_api(service_url(url), "GET", "/shares"), sshare_table)
+    show(call_api(connect(url, token), "GET", "/shares"), sshare_table)
 
 
 def sshare_table(document: dict) -> Table:
@@ -710,8 +553,29 @@ def sshare_table(document: dict) -> Table:
     ]})  # fmt: skip
 
 
+# The command groups of app/cli_*.py register themselves on `cli` when imported.
+from app import cli_associations, cli_groups, cli_jobs, cli_limits, cli_status  # noqa: E402, F401
+
+
 def main() -> None:
-    cli()
+    """The console script: usage errors become one `error:` line too (exit 2)."""
+    try:
+        code = cli(standalone_mode=False)
+    except typer.Abort:
+        typer.echo("error: interrupted", err=True)
+        code = EXIT_FAILED
+    except Exception as exc:
+        # click's exceptions (typer may bring its own copy of click): they carry their exit code
+        if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # its message is the help text
+        else:
+            context = getattr(exc, "ctx", None)
+            where = f" (see `{context.command_path} --help`)" if context else ""
+            typer.echo(f"error: {exc.format_message()}{where}", err=True)
+        code = exc.exit_code
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

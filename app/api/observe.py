@@ -27,6 +27,23 @@ _SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
 
+def _route_template(scope: Scope) -> str:
+    """`/api/v1/jobs/{job_id}` for `/api/v1/jobs/5`. A route knows its path below the
+    prefix its router was included with, so the prefix is what precedes the part
+    its pattern matches."""
+    route = scope.get("route")
+    regex = getattr(route, "path_regex", None)
+    if regex is None:
+        return "unmatched"
+    path = scope["path"]
+    start = 0
+    while start != -1:
+        if regex.match(path[start:]):
+            return path[:start] + route.path
+        start = path.find("/", start + 1)
+    return route.path
+
+
 def _request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER and _SANE_ID.fullmatch(value):
@@ -60,7 +77,7 @@ class Observe:
         finally:
             elapsed = time.perf_counter() - started
             method = scope["method"] if scope["method"] in _METHODS else "other"
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = _route_template(scope)
             HTTP_REQUESTS.labels(method, route, str(status)).inc()
             HTTP_DURATION.labels(method, route).observe(elapsed)
             if self.access_log and log.isEnabledFor(logging.INFO):

@@ -147,6 +147,8 @@ job_events = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("source", String(64), nullable=False),
     Index("ix_job_events_job_id", "job_id", "id"),
+    # recent matches (the status screen's match rate)
+    Index("ix_job_events_status_at", "status", "at"),
 )
 
 # Idempotent matching: a pilot that retries with the same request_id gets the

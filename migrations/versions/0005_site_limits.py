@@ -1,4 +1,4 @@
-"""Site limits (RunningLimit, MatchingDelay) and their match times; jobs by site and status.
+"""Site limits (RunningLimit, MatchingDelay) and their match times; indexes for them and for recent matches.
 
 Revision ID: 0005
 Revises: 0004
@@ -38,9 +38,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("site", "attribute", "value", name="pk_site_limit_matches"),
     )
     op.create_index("ix_jobs_site_status", "jobs", ["site", "status"])
+    op.create_index("ix_job_events_status_at", "job_events", ["status", "at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_job_events_status_at", table_name="job_events")
     op.drop_index("ix_jobs_site_status", table_name="jobs")
     op.drop_table("site_limit_matches")
     op.drop_table("site_limits")

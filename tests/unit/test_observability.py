@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from app.api.observe import _request_id
+from app.api.observe import _request_id, _route_template
 from app.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
 from app.logs import JsonFormatter, TextFormatter, request_id
 
@@ -76,3 +76,11 @@ def test_gauges_exposition_without_the_database():
     text = gauges.exposition().decode()
     assert 'fairmatch_waiting_jobs{owner_group="g"} 4.0' in text
     assert "fairmatch_task_queues 2.0" in text
+
+
+def test_route_templates_keep_the_prefix_and_hide_ids():
+    from app.api.jobs import router
+
+    job = next(r for r in router.routes if r.path == "/jobs/{job_id}")
+    assert _route_template({"path": "/api/v1/jobs/5", "route": job}) == "/api/v1/jobs/{job_id}"
+    assert _route_template({"path": "/nowhere"}) == "unmatched"

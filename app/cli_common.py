@@ -1,0 +1,43 @@
+"""What every `fairmatch` command module shares: exit codes, messages, JSON output."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+EXIT_FAILED = 1  # the service or the database said no, or could not be reached
+EXIT_USAGE = 2  # the user's input or settings are wrong (also click's usage-error code)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def print_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def load_settings_or_exit() -> Settings:
+    from pydantic import ValidationError
+
+    from app.settings import ConfigFileError, get_settings
+
+    try:
+        return get_settings()
+    except ConfigFileError as exc:
+        fail(f"invalid settings: {exc}", EXIT_USAGE)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        fail(f"invalid settings: {problems}", EXIT_USAGE)

@@ -1,0 +1,391 @@
+"""The admin commands of `fairmatch` (jobs, groups, limits, recompute, status) against real servers.
+
+As in test_cli.py: commands run as subprocesses of the console script with stdout
+piped, so they print the server's JSON; tables, progress bars and paging are
+checked in-process, where `stdout_is_tty`, `stderr_is_tty` and the sizes can be
+replaced. Token-mode commands run against `token_server`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner
+
+from app import cli, cli_jobs
+from app.auth.tokens import Role, create_token
+from tests.conftest import Server
+from tests.e2e.conftest import TOKEN_SETTINGS
+from tests.e2e.test_cli import FAIRMATCH, assert_failed, get_job, submit_via_api, succeeded, unreachable_url
+
+JOB = {"owner": "alice", "owner_group": "g", "sites": ["S1"], "cpu_time": 3600}
+OTHER = {"owner": "bob", "owner_group": "h", "sites": ["S1"], "cpu_time": 3600}
+PILOT = {"Site": "S1", "CPUTime": 100_000}
+
+
+@pytest.fixture
+def run(cli_env, tmp_path) -> Callable[..., subprocess.CompletedProcess]:
+    def run(*args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(FAIRMATCH), *args], input=stdin, env={**cli_env, **env}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    return run
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """The environment without any FAIRMATCH_* setting, and an empty config file."""
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
+    return {**env, "FAIRMATCH_CONFIG": str(config)}
+
+
+@pytest.fixture
+def at(server, clean, run) -> Callable[..., dict]:
+    """Run a command against the default server; its JSON answer."""
+    return lambda *args, **kw: succeeded(run(*args, "--url", server.url, **kw))
+
+
+@pytest.fixture
+def invoke(monkeypatch) -> Callable[..., object]:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(cli, "stdout_is_tty", lambda: False)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(cli.cli, list(args), catch_exceptions=False)
+
+
+def match(server: Server, **resource: object) -> dict:
+    with server.client() as client:
+        r = client.post("/match", json={**PILOT, **resource})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def token(role: str, sub: str = "root", **claims: object) -> str:
+    return create_token(TOKEN_SETTINGS, role=Role(role), sub=sub, ttl_seconds=600, **claims)
+
+
+# --- jobs -------------------------------------------------------------------
+
+
+def test_jobs_submit_queues_a_file_like_submit(at, server, tmp_path):
+    path = tmp_path / "jobs.toml"
+    path.write_text('[[jobs]]\nowner = "alice"\nowner_group = "g"\n[[jobs]]\nowner = "bob"\nowner_group = "h"\n')
+
+    answer = at("jobs", "submit", str(path))
+
+    assert [get_job(server, j["job_id"])["owner"] for j in answer["jobs"]] == ["alice", "bob"]
+
+
+def test_jobs_list_filters_and_continues_with_the_cursor(at, server):
+    ids = [j["job_id"] for j in submit_via_api(server, JOB, OTHER, JOB, JOB, OTHER)]
+    match(server, OwnerGroup="h")
+
+    first = at("jobs", "list", "--limit", "2")
+    rest = at("jobs", "list", "--cursor", first["next_cursor"])
+    alices = at("jobs", "list", "--owner", "alice", "--all")
+    waiting_h = at("jobs", "list", "--group", "h", "--status", "waiting")
+
+    assert [j["job_id"] for j in first["jobs"]] == ids[:2] and first["next_cursor"]
+    assert [j["job_id"] for j in rest["jobs"]] == ids[2:] and rest["next_cursor"] is None
+    assert [j["job_id"] for j in alices["jobs"]] == [ids[0], ids[2], ids[3]]
+    assert [j["status"] for j in waiting_h["jobs"]] == ["Waiting"]
+
+
+def test_jobs_list_all_walks_every_page(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(cli_jobs, "PAGE_SIZE", 2)
+    ids = [j["job_id"] for j in submit_via_api(server, *[JOB] * 5)]
+
+    every = invoke("jobs", "list", "--all", "--url", server.url)
+    limited = invoke("jobs", "list", "--limit", "3", "--url", server.url)
+
+    assert every.exit_code == 0, every.stderr
+    assert [j["job_id"] for j in json.loads(every.stdout)["jobs"]] == ids
+    assert json.loads(every.stdout)["next_cursor"] is None
+    assert [j["job_id"] for j in json.loads(limited.stdout)["jobs"]] == ids[:3]  # two pages, the second of one
+    assert json.loads(limited.stdout)["next_cursor"]
+
+
+def test_jobs_show_priority_status_and_kill(at, run, server):
+    waiting, matched = submit_via_api(server, JOB, OTHER)
+    match(server, OwnerGroup="h")
+
+    shown = at("jobs", "show", str(waiting["job_id"]))
+    raised = at("jobs", "priority", str(waiting["job_id"]), "--user-priority", "7", "--priority-class", "2")
+    running = at("jobs", "status", str(matched["job_id"]), "running", "--minor-status", "started")
+    killed = at("jobs", "kill", str(waiting["job_id"]))
+    again = run("jobs", "kill", str(waiting["job_id"]), "--url", server.url)
+
+    assert (shown["owner"], shown["status"]) == ("alice", "Waiting")
+    assert (raised["user_priority"], raised["priority_class"]) == (7, 2)
+    assert (running["status"], running["minor_status"]) == ("Running", "started")
+    assert killed["status"] == "Killed" and get_job(server, waiting["job_id"])["status"] == "Killed"
+    assert_failed(again, 1, "error: Conflict")
+
+
+def test_an_unknown_job_exits_1(run, server, clean):
+    assert_failed(run("jobs", "show", "999999", "--url", server.url), 1, "error: Not found")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "priority", "1"], "give --user-priority, --priority-class or both"),
+        (["jobs", "priority", "1", "--user-priority", "11"], "--user-priority"),
+        (["jobs", "show", "x"], "Invalid value for 'ID'"),
+        (["jobs", "status", "1", "Matched"], "Invalid value for 'STATUS'"),
+        (["jobs", "list", "--status", "Sleeping"], "Invalid value for '--status'"),
+        (["groups", "set", "g", "--priority", "5000"], "--priority"),
+        (["status", "--token", "two words"], "not a token"),
+        (["no-such-command"], "No such command"),
+    ],
+)
+def test_bad_input_exits_2_in_one_line_before_any_request(run, args, message):
+    # an unreachable service would fail with 1: 2 shows the input was refused first
+    result = run(*args, "--url", unreachable_url()) if args[0] != "no-such-command" else run(*args)
+
+    assert_failed(result, 2, message)
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args", [["jobs", "list"], ["groups", "list"], ["limits", "show"], ["status"], ["recompute"]]
+)
+def test_an_unreachable_service_exits_1(run, args):
+    url = unreachable_url()
+
+    assert_failed(run(*args, "--url", url), 1, f"cannot connect to fairmatch at {url}")
+
+
+# --- multi-batch submission -------------------------------------------------
+
+
+def test_more_than_one_batch_from_a_file_queues_every_job_with_progress_lines(run, server, clean, tmp_path):
+    total = cli.BATCH_SIZE + 3
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"jobs": [{**JOB, "owner": f"u{i % 4}"} for i in range(total)]}))
+
+    result = run("jobs", "submit", str(path), "--url", server.url, timeout=240)
+
+    answer = succeeded(result)
+    assert len({j["job_id"] for j in answer["jobs"]}) == total
+    lines = result.stderr.splitlines()
+    assert lines == [
+        f"batch 1/2 (jobs 1-{cli.BATCH_SIZE}) queued: {cli.BATCH_SIZE}/{total} jobs",
+        f"batch 2/2 (jobs {cli.BATCH_SIZE + 1}-{total}) queued: {total}/{total} jobs",
+    ]
+    with server.client() as client:
+        assert client.get("/status").json()["totals"]["waiting"] == total
+
+
+def test_a_terminal_gets_a_progress_bar_instead_of_lines(invoke, monkeypatch, server, clean, tmp_path):
+    monkeypatch.setattr(cli, "BATCH_SIZE", 2)
+    monkeypatch.setattr(cli, "stderr_is_tty", lambda: True)
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([JOB] * 5))
+
+    result = invoke("jobs", "submit", str(path), "--url", server.url)
+
+    assert result.exit_code == 0, result.stderr
+    assert len(json.loads(result.stdout)["jobs"]) == 5
+    assert "queueing jobs" in result.stderr and "5/5" in result.stderr
+    assert "batch" not in result.stderr
+
+
+# --- groups -----------------------------------------------------------------
+
+
+def test_groups_set_creates_from_the_defaults_and_changes_only_what_is_given(at, run, server):
+    created = at("groups", "set", "atlas", "--share", "250", "--properties", "JOB_SHARING, NormalUser")
+    changed = at("groups", "set", "atlas", "--priority", "3", "--allow-background-tqs", "--description", "ATLAS")
+    cleared = at("groups", "set", "atlas", "--properties", "", "--no-allow-background-tqs")
+    shown = at("groups", "show", "atlas")
+    listed = at("groups", "list")
+
+    assert created == {"name": "atlas", "job_share": 250.0, "properties": ["JOB_SHARING", "NormalUser"],
+                       "job_sharing": True, "allow_background_tqs": False, "priority": 0, "description": None}
+    assert (changed["job_share"], changed["properties"], changed["priority"]) == (250.0, created["properties"], 3)
+    assert (changed["allow_background_tqs"], changed["description"]) == (True, "ATLAS")
+    assert (cleared["properties"], cleared["job_sharing"], cleared["allow_background_tqs"]) == ([], False, False)
+    assert (cleared["priority"], cleared["description"]) == (3, "ATLAS")
+    assert shown == cleared and [g["name"] for g in listed["groups"]] == ["atlas"]  # fmt: skip
+    assert_failed(run("groups", "show", "cms", "--url", server.url), 1, "error: Not found")
+
+
+def test_group_names_are_sent_as_one_path_segment(at):
+    at("groups", "set", "lhcb user?x#y", "--share", "1")
+
+    assert at("groups", "show", "lhcb user?x#y")["name"] == "lhcb user?x#y"
+
+
+# --- recompute and status ---------------------------------------------------
+
+
+def test_recompute_answers_with_its_summary(at, server):
+    submit_via_api(server, JOB, OTHER)
+
+    run = at("recompute")
+
+    assert run["task_queues"] == 2 and "changed" in run and run["policy"] == "dirac"
+    assert at("status")["last_priority_run"]["finished_at"] == run["finished_at"]
+
+
+def test_status_numbers_follow_submissions_and_matches(at, server):
+    before = at("status")
+    submit_via_api(server, JOB, JOB, JOB, OTHER)
+    queued = at("status")
+    match(server, OwnerGroup="g")
+    match(server, OwnerGroup="g")
+    running_job = match(server, OwnerGroup="h")
+    with server.client() as client:
+        assert client.post(f"/jobs/{running_job['job_id']}/status", json={"status": "Running"}).status_code == 200
+    after = at("status", "--top", "1")
+
+    assert before["totals"] == {"waiting": 0, "matched": 0, "running": 0, "stalled": 0}
+    assert [w["matches"] for w in before["match_rate"]] == [0, 0]
+    assert queued["groups"] == [
+        {"owner_group": "g", "waiting": 3, "matched": 0, "running": 0, "stalled": 0},
+        {"owner_group": "h", "waiting": 1, "matched": 0, "running": 0, "stalled": 0},
+    ]
+    assert [(tq["owner"], tq["jobs"]) for tq in queued["top_task_queues"]] == [("alice", 3), ("bob", 1)]
+    assert after["totals"] == {"waiting": 1, "matched": 2, "running": 1, "stalled": 0}
+    assert [(w["window_seconds"], w["matches"]) for w in after["match_rate"]] == [(60, 3), (300, 3)]
+    assert after["match_rate"][0]["per_second"] == pytest.approx(3 / 60)
+    assert [(tq["owner"], tq["jobs"]) for tq in after["top_task_queues"]] == [("alice", 1)]
+
+
+def test_a_terminal_gets_the_status_screen(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(cli, "stdout_is_tty", lambda: True)
+    submit_via_api(server, JOB, OTHER)
+    match(server, OwnerGroup="h")
+
+    result = invoke("status", "--url", server.url)
+
+    assert result.exit_code == 0, result.stderr
+    for title in ("Jobs per group", "Matches", "Busiest task queues", "Last priority run"):
+        assert title in result.stdout
+    assert "total" in result.stdout and "1 min" in result.stdout and "alice" in result.stdout
+
+
+# --- token mode -------------------------------------------------------------
+
+
+def test_token_mode_without_a_token_is_a_clean_401(run, token_server, clean):
+    result = run("jobs", "list", "--url", token_server.url)
+
+    assert_failed(result, 1, "error: Unauthorized", "give --token or set FAIRMATCH_TOKEN")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_token_mode_takes_the_token_from_the_option_or_the_environment(run, token_server, clean, tmp_path):
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([JOB]))
+    url = ["--url", token_server.url]
+
+    submitted = succeeded(run("jobs", "submit", str(path), *url, "--token", token("admin")))
+    listed = succeeded(run("jobs", "list", *url, FAIRMATCH_TOKEN=token("operator")))
+    pasted = succeeded(run("status", *url, "--token", f"Bearer {token('operator')}"))
+    group = succeeded(run("groups", "set", "g", "--share", "5", *url, FAIRMATCH_TOKEN=token("admin")))
+
+    assert [j["job_id"] for j in listed["jobs"]] == [j["job_id"] for j in submitted["jobs"]]
+    assert pasted["totals"]["waiting"] == 1
+    assert group["job_share"] == 5.0
+
+
+def test_token_mode_refuses_roles_and_bad_tokens_in_one_line(run, token_server, clean):
+    url = ["--url", token_server.url]
+
+    assert_failed(run("status", *url, "--token", token("user", groups=["g"])), 1, "error: Forbidden")
+    assert_failed(run("recompute", *url, "--token", token("operator")), 1, "error: Forbidden")
+    assert_failed(run("groups", "list", *url, "--token", "not.a.jwt"), 1, "error: Unauthorized")
+
+
+# --- site limits ------------------------------------------------------------
+
+
+def test_limits_set_show_set_one_and_remove(at, run, server, tmp_path):
+    path = tmp_path / "limits.toml"
+    path.write_text(
+        '[[limits]]\nsite = "S1"\nattribute = "owner_group"\nvalue = "g"\nrunning_limit = 2\n'
+        '[[limits]]\nsite = "S2"\nattribute = "JobType"\nvalue = "MC"\nmatching_delay = 1.5\n'
+    )
+    url = ["--url", server.url]
+
+    replaced = at("limits", "set", str(path))
+    shown = at("limits", "show")
+    added = at("limits", "set-one", "S1", "owner", "alice", "--matching-delay", "30")
+    changed = at("limits", "set-one", "S1", "owner_group", "g", "--running-limit", "5", "--matching-delay", "2")
+    dropped = at("limits", "set-one", "S1", "owner_group", "g", "--matching-delay", "none")
+    removed = at("limits", "remove", "S2", "JobType", "MC")
+    missing = run("limits", "remove", "S2", "job_type", "MC", *url)
+    nothing = run("limits", "set-one", "S1", "owner", "alice", "--matching-delay", "none", *url)
+
+    def keyed(answer: dict) -> dict:
+        return {(e["site"], e["attribute"], e["value"]): (e["running_limit"], e["matching_delay"])
+                for e in answer["limits"]}  # fmt: skip
+
+    assert keyed(replaced) == keyed(shown) == {
+        ("S1", "owner_group", "g"): (2, None),
+        ("S2", "job_type", "MC"): (None, 1.5),  # DIRAC's JobType stored as job_type
+    }
+    assert all(e["running"] == 0 and e["last_match_at"] is None for e in shown["limits"])
+    assert keyed(added)[("S1", "owner", "alice")] == (None, 30.0) and len(added["limits"]) == 3
+    assert keyed(changed)[("S1", "owner_group", "g")] == (5, 2.0)
+    assert keyed(dropped)[("S1", "owner_group", "g")] == (5, None)
+    assert keyed(removed) == {("S1", "owner_group", "g"): (5, None), ("S1", "owner", "alice"): (None, 30.0)}
+    assert_failed(missing, 1, "there is no limit for job_type 'MC' at S2")
+    assert_failed(nothing, 2, "would limit nothing")
+    assert keyed(at("limits", "show")) == keyed(removed)
+
+
+def test_limits_show_output_can_be_set_back_and_an_empty_list_clears(at, run, server):
+    at("limits", "set-one", "S1", "owner", "alice", "--running-limit", "1")
+    match_before = at("limits", "show")
+
+    again = at("limits", "set", "-", stdin=json.dumps(match_before))  # running, last_match_at left out
+    cleared = at("limits", "set", "-", stdin='{"limits": []}')
+
+    assert again["limits"] == match_before["limits"]
+    assert cleared == {"limits": []}
+
+
+@pytest.mark.parametrize(
+    ("content", "code", "message"),
+    [
+        ('{"limits": [{"site": "S1", "attribute": "colour", "value": "x", "running_limit": 1}]}', 1, "Invalid input"),
+        ('{"limits": [{"site": "S1", "attribute": "owner", "value": "x"}]}', 1, "Invalid input"),
+        ('{"limit": []}', 2, "expected only a 'limits' list"),
+        ("[1]", 2, "limit 1 is a int"),
+        ("{", 2, "not valid JSON"),
+    ],
+)
+def test_a_bad_limits_file_is_refused_and_changes_nothing(at, run, server, content, code, message):
+    at("limits", "set-one", "S1", "owner", "alice", "--running-limit", "1")
+
+    assert_failed(run("limits", "set", "-", "--url", server.url, stdin=content), code, message)
+    assert len(at("limits", "show")["limits"]) == 1
+
+
+def test_limits_need_an_admin_to_change_and_an_operator_to_read(run, token_server, clean):
+    url = ["--url", token_server.url]
+
+    assert succeeded(run("limits", "show", *url, "--token", token("operator"))) == {"limits": []}
+    assert_failed(run("limits", "set-one", "S1", "owner", "a", "--running-limit", "1", *url,
+                      "--token", token("operator")), 1, "error: Forbidden")  # fmt: skip
+    assert_failed(run("limits", "show", *url), 1, "error: Unauthorized")
+
+
+def test_a_terminal_gets_the_limits_table(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(cli, "stdout_is_tty", lambda: True)
+
+    result = invoke("limits", "set-one", "S1", "owner_group", "g", "--matching-delay", "2.5", "--url", server.url)
+
+    assert result.exit_code == 0, result.stderr
+    assert "Site limits" in result.stdout and "2.5 s" in result.stdout and "1 limits" in result.stdout
