@@ -1,7 +1,8 @@
-"""End-to-end fixtures shared by the test modules: token-mode servers and role clients."""
+"""End-to-end fixtures shared by the test modules: token-mode servers, role clients, the CLI environment."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,3 +45,12 @@ def as_role(token_server, clean) -> Iterator[Callable[..., httpx.Client]]:
     yield make
     for c in clients:
         c.close()
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """The environment without any FAIRMATCH_* setting, and an empty config file."""
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
+    return {**env, "FAIRMATCH_CONFIG": str(config)}

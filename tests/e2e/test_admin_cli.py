@@ -9,7 +9,6 @@ replaced. Token-mode commands run against `token_server`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 
@@ -36,15 +35,6 @@ def run(cli_env, tmp_path) -> Callable[..., subprocess.CompletedProcess]:
         )  # fmt: skip
 
     return run
-
-
-@pytest.fixture
-def cli_env(tmp_path) -> dict[str, str]:
-    """The environment without any FAIRMATCH_* setting, and an empty config file."""
-    config = tmp_path / "empty.toml"
-    config.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
-    return {**env, "FAIRMATCH_CONFIG": str(config)}
 
 
 @pytest.fixture

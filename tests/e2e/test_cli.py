@@ -8,7 +8,6 @@ output and the batch splitting are checked in-process, where `stdout_is_tty` and
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -35,15 +34,6 @@ FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of t
 JOB_A = {"owner": "alice", "owner_group": "g", "sites": ["S1"], "cpu_time": 3600}
 JOB_GPU = {"owner": "bob", "owner_group": "g", "sites": ["S1"], "tags": ["GPU"], "cpu_time": 3600}
 JOB_ELSEWHERE = {"owner": "carol", "owner_group": "g", "sites": ["S2"], "cpu_time": 3600}
-
-
-@pytest.fixture
-def cli_env(tmp_path) -> dict[str, str]:
-    """The environment without any FAIRMATCH_* setting, and an empty config file."""
-    config = tmp_path / "empty.toml"
-    config.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
-    return {**env, "FAIRMATCH_CONFIG": str(config)}
 
 
 @pytest.fixture
