@@ -15,16 +15,18 @@ from app.errors import Forbidden, Unauthorized
 from app.settings import AuthMode, Settings
 
 
+# Dependencies are coroutines: FastAPI runs plain functions in a thread pool,
+# a hand-off that costs more than these take.
 async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
     async with request.app.state.engine.connect() as conn:
         yield conn
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _rng(request: Request) -> random.Random:
+async def _rng(request: Request) -> random.Random:
     return request.app.state.rng
 
 
@@ -35,7 +37,7 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-def _caller(request: Request) -> Principal:
+async def _caller(request: Request) -> Principal:
     settings: Settings = request.app.state.settings
     if settings.auth.mode is AuthMode.none:
         client = request.client.host if request.client else None

@@ -24,11 +24,14 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
 NAME = 255  # owners, groups, sites, platforms, tags, ...
+
+ValueList = JSON().with_variant(ARRAY(String(NAME)), "postgresql")
 
 metadata = MetaData(
     naming_convention={
@@ -54,6 +57,10 @@ task_queues = Table(
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # The value lists again, as arrays on PostgreSQL (JSON lists on SQLite), written
+    # once with the TQ: matching tests them in the row it reads anyway, where the
+    # value tables would cost a probe per field and TQ.
+    *(Column(field, ValueList) for field in ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")),
 )
 
 # The multi-valued requirements, keyed by the JobSpec field that fills them.

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import utcnow
+from app.db.dialect import is_postgresql
 from app.db.engine import read_transaction
 from app.db.tables import jobs, match_requests
 from app.jobs.store import job_dict, lease_until
@@ -20,6 +21,7 @@ from app.limits.rules import SiteLimits, with_banned
 from app.matching.choice import Candidate, chances, choose
 from app.matching.claim import ClaimTarget, Refused, claim, level_weights
 from app.matching.eligibility import eligible_task_queues
+from app.matching import one_statement
 from app.matching.lottery import draw
 from app.matching.resource import ResourceDescription, ResourceQuery
 from app.metrics import CLAIM_CONFLICTS, MATCH_DURATION, MATCH_REQUESTS, SITE_LIMIT_EXCLUSIONS
@@ -30,8 +32,9 @@ log = logging.getLogger("fairmatch.matching")
 
 
 async def _eligible(conn: AsyncConnection, query: ResourceQuery) -> list[Candidate]:
+    statement, params = eligible_task_queues(query, is_postgresql(conn))
     async with read_transaction(conn):
-        rows = (await conn.execute(eligible_task_queues(query))).all()
+        rows = (await conn.execute(statement, params)).all()
     return [Candidate(r.id, r.priority_class, r.cpu_time, r.priority) for r in rows]
 
 
@@ -88,6 +91,11 @@ async def _match(
         previous = await _previous_match(conn, requester, resource.request_id)
         if previous is not None:
             return previous, "replayed"
+    if is_postgresql(conn) and query.job_id is None:
+        answered = await _match_in_one_statement(conn, resource, query, settings, requester)
+        if answered is not None:
+            return answered
+        # the site has limits: the general path checks them
     limits = await _site_limits(conn, query.site)
     guard = None
     if limits is not None:
@@ -103,7 +111,7 @@ async def _match(
         candidates = [c for c in await _eligible(conn, query) if c.tq_id not in passed_over]
         chosen = choose(candidates, options, rng)
         if chosen is None:
-            _log_decision(resource, len(candidates), None, None)
+            _log_decision(resource, None, None)
             return None, "no_match"
         if query.job_id is not None:
             target = ClaimTarget(chosen.tq_id, job_id=query.job_id)
@@ -148,8 +156,53 @@ async def _match(
             continue
         if claimed.tq_now_empty:
             await _tidy_empty_queue(conn, chosen.tq_id)
-        _log_decision(resource, len(candidates), chosen, claimed.job.id)
+        _log_decision(resource, chosen.tq_id, claimed.job.id)
         return _answer(claimed.job, chosen.tq_id), "matched"
+    return None, "no_match"
+
+
+async def _match_in_one_statement(
+    conn: AsyncConnection, resource: ResourceDescription, query: ResourceQuery, settings: Settings, requester: str
+) -> tuple[dict[str, Any] | None, str] | None:
+    """The PostgreSQL hot path; None when the site has limits."""
+    options = settings.matching
+    passed_over: list[int] = []  # TQs found empty during this request
+    for attempt in range(options.claim_attempts):
+        now = utcnow()
+        try:
+            outcome = await one_statement.match_once(
+                conn,
+                query,
+                options,
+                passed_over=passed_over,
+                candidates=options.jobs_per_try << attempt,  # wider when a crowd holds the lowest ids
+                pilot_site=resource.site,
+                pilot_reference=resource.pilot_reference,
+                requester=requester,
+                request_id=resource.request_id,
+                now=now,
+                lease_until=lease_until(now, settings),
+            )
+        except IntegrityError:
+            # the same request_id was claimed concurrently: answer with that job
+            if resource.request_id is None:
+                raise
+            return await _previous_match(conn, requester, resource.request_id), "replayed"
+        if outcome.site_limited:
+            return None
+        if outcome.tq_id is None:
+            _log_decision(resource, None, None)
+            return None, "no_match"
+        if outcome.job is None:
+            if outcome.jobs_before == 0:
+                passed_over.append(outcome.tq_id)
+            else:
+                CLAIM_CONFLICTS.inc()
+            continue
+        if outcome.jobs_before <= 1:
+            await _tidy_empty_queue(conn, outcome.tq_id)
+        _log_decision(resource, outcome.tq_id, outcome.job.id)
+        return _answer(outcome.job, outcome.tq_id), "matched"
     return None, "no_match"
 
 
@@ -167,18 +220,11 @@ def _restricted(query: ResourceQuery, limits: SiteLimits) -> ResourceQuery:
     return restricted
 
 
-def _log_decision(resource: ResourceDescription, eligible: int, chosen: Candidate | None, job_id: int | None) -> None:
+def _log_decision(resource: ResourceDescription, tq_id: int | None, job_id: int | None) -> None:
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "match decision",
-            extra={
-                "site": resource.site,
-                "eligible_task_queues": eligible,
-                "task_queue_id": chosen.tq_id if chosen else None,
-                "priority_class": chosen.priority_class if chosen else None,
-                "tq_priority": chosen.priority if chosen else None,
-                "job_id": job_id,
-            },
+            extra={"site": resource.site, "task_queue_id": tq_id, "job_id": job_id},
         )
 
 

@@ -78,6 +78,7 @@ async def _insert_new(
                 "job_class": r.job_class,
                 "priority": INITIAL_PRIORITY,
                 "created_at": now,
+                **{field: list(r.values(field)) for field in MULTI_VALUE_FIELDS},
             }
             for r in part
         ]
