@@ -20,9 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.accounting import usage as accounting
 from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
+from app.db.dialect import is_postgresql
 from app.db.engine import read_transaction
 from app.db.tables import MULTI_VALUE_FIELDS, job_events, jobs, match_requests, tq_jobs
 from app.errors import Conflict, InvalidInput, NotFound
+from app.jobs import bulk
 from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import FINAL, JobStatus, allowed
 from app.jobs.models import JobSpec, StatusUpdate
@@ -87,9 +89,18 @@ async def submit(
     """Queue all jobs or none. Returns job_id, task_queue_id and status per job, in order."""
     check_payloads(specs, settings.jobs.max_payload_bytes)
     now = utcnow()
-    reqs = [requirements_of(spec, settings) for spec in specs]
+    # jobs of one submission share a few requirement sets: build, hash and encode each once
+    built: dict[tuple, Requirements] = {}
+    for spec in specs:
+        key = _requirements_key(spec)
+        if key not in built:
+            built[key] = requirements_of(spec, settings)
+    reqs = [built[_requirements_key(spec)] for spec in specs]
+    distinct = dict.fromkeys(reqs)
+    hashes = {r: r.hash for r in distinct}
+    as_json = {r: r.to_json() for r in distinct}
     async with conn.begin():
-        tq_ids, created = await tq_store.find_or_create(conn, reqs, now)
+        tq_ids, created = await tq_store.find_or_create(conn, distinct, now)
         rows = [
             {
                 "status": JobStatus.Waiting.value,
@@ -97,39 +108,54 @@ async def submit(
                 "owner_group": r.owner_group,
                 "vo": r.vo,
                 "cpu_time": requested_cpu_time(spec, settings),
-                "requirements": r.to_json(),
+                "requirements": as_json[r],
                 "user_priority": spec.user_priority,
+                "real_priority": real_priority(spec.user_priority),
                 "priority_class": spec.priority_class,
                 "job_class": spec.job_class,
                 "payload": spec.payload,
-                "task_queue_id": tq_ids[r.hash],
+                "task_queue_id": tq_ids[hashes[r]],
                 "submitted_at": now,
             }
             for spec, r in zip(specs, reqs)
         ]
-        job_ids: list[int] = []
-        for part in tq_store.chunks(rows):
-            result = await conn.execute(
-                insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), list(part)
-            )
-            job_ids.extend(result.scalars().all())
-        waiting = [
-            {
-                "job_id": job_id,
-                "tq_id": row["task_queue_id"],
-                "user_priority": row["user_priority"],
-                "real_priority": real_priority(row["user_priority"]),
-            }
-            for job_id, row in zip(job_ids, rows)
-        ]
-        for part in tq_store.chunks(waiting):
-            await conn.execute(insert(tq_jobs), list(part))
-        await _record_events(conn, job_ids, JobStatus.Waiting, now, "submit")
-    await _refresh_priorities(conn, settings, {r.owner_group for r in reqs if r.hash in created})
+        if is_postgresql(conn):
+            job_ids = await bulk.insert_jobs(conn, rows, now)
+        else:
+            job_ids = await _insert_jobs(conn, rows, now)
+    await _refresh_priorities(conn, settings, {r.owner_group for r in distinct if hashes[r] in created})
     return [
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
         for job_id, row in zip(job_ids, rows)
     ]
+
+
+def _requirements_key(spec: JobSpec) -> tuple:
+    """The JobSpec fields its Requirements are built from."""
+    values = tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(spec, f) for f in MULTI_VALUE_FIELDS))
+    return (spec.owner, spec.owner_group, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class, values)
+
+
+async def _insert_jobs(conn: AsyncConnection, rows: list[dict[str, Any]], now: datetime) -> list[int]:
+    """Jobs, their tq_jobs rows and events as multi-row INSERTs (SQLite)."""
+    job_ids: list[int] = []
+    job_columns = [{k: v for k, v in row.items() if k != "real_priority"} for row in rows]
+    for part in tq_store.chunks(job_columns):
+        result = await conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), list(part))
+        job_ids.extend(result.scalars().all())
+    waiting = [
+        {
+            "job_id": job_id,
+            "tq_id": row["task_queue_id"],
+            "user_priority": row["user_priority"],
+            "real_priority": row["real_priority"],
+        }
+        for job_id, row in zip(job_ids, rows)
+    ]
+    for part in tq_store.chunks(waiting):
+        await conn.execute(insert(tq_jobs), list(part))
+    await _record_events(conn, job_ids, JobStatus.Waiting, now, "submit")
+    return job_ids
 
 
 async def _record_events(
