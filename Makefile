@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test clean
+.PHONY: install run test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: install
 # Two workers (one per core); a test file's tests stay together with their servers.
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The benchmark (bench/README.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
+# make bench BENCH_ARGS=--quick   or   BENCH_ARGS="--only lhcb,soak --seconds 30"
+bench: install
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache fairmatch.db fairmatch.db-shm fairmatch.db-wal

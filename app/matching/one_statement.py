@@ -50,8 +50,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import delete as sql_delete
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import job_events, jobs, match_requests, site_limits, task_queues, tq_jobs

@@ -1,0 +1,1 @@
+"""Benchmark tooling: workloads to load (bench.workloads) and pilot load to drive (bench.pilots)."""

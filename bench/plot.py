@@ -1,0 +1,130 @@
+"""The benchmark's figures, drawn from the orchestrator's results dict.
+
+The contract (every part optional; a figure whose data is missing is not drawn)::
+
+    {
+      "machine": {...},                       # free-form description, not drawn
+      "lhcb": {
+        "connections": {                      # wrk closed-loop runs, keyed by connection count
+          "1": run_pilots(...), "8": ..., "64": ...
+        },                                    # uses matches_per_s (else rps) and cdf_ms
+        "bare_claim": bare_claim(...),        # uses claims_per_s (else tps) and clients
+        "legacy": legacy_dirac(...),          # uses matches_per_s and clients
+      },
+      "scaling": [                            # one run per queue size, 1M … 10M waiting jobs
+        {"waiting_jobs": 1000000, "matches_per_s": 812.0, "p99_ms": 21.5, "connections": 8},
+        ...                                   # a whole run_pilots() result plus waiting_jobs works too
+      ],
+    }
+
+Writes throughput_vs_connections.png, latency_cdf.png and
+throughput_vs_waiting_jobs.png into `out_dir`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+
+import matplotlib.pyplot as plt
+
+
+def _matches_per_s(run: dict) -> float:
+    return run.get("matches_per_s", run.get("rps", 0.0))
+
+
+def _p99_ms(run: dict) -> float | None:
+    return run.get("p99_ms", run.get("latency_ms", {}).get("p99"))
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def throughput_vs_connections(lhcb: dict, path: Path) -> Path:
+    runs = sorted(lhcb["connections"].items(), key=lambda kv: int(kv[0]))
+    labels = [c for c, _ in runs]
+    rates = [_matches_per_s(run) for _, run in runs]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bars = ax.bar(labels, rates, color="tab:blue", label="fairmatch POST /match (wrk)")
+    ax.bar_label(bars, fmt="%.0f")
+    references = []
+    if "bare_claim" in lhcb:
+        bare = lhcb["bare_claim"]
+        references.append((bare.get("claims_per_s", bare.get("tps")), "tab:green",
+                           f"bare durable claim (pgbench, {bare.get('clients', '?')} clients)"))  # fmt: skip
+    if "legacy" in lhcb:
+        legacy = lhcb["legacy"]
+        references.append((legacy["matches_per_s"], "tab:red",
+                           f"DIRAC matchAndGetJob SQL (pgbench, {legacy.get('clients', '?')} clients)"))  # fmt: skip
+    for value, colour, label in references:
+        ax.axhline(value, color=colour, linestyle="--", label=f"{label}: {value:.0f}/s")
+    values = [v for v in rates + [r[0] for r in references] if v > 0]
+    if values and max(values) / min(values) > 20:  # the bare claim can dwarf the rest
+        ax.set_yscale("log")
+    ax.set_xlabel("pilot connections")
+    ax.set_ylabel("matches / s")
+    ax.set_title("Throughput by concurrency")
+    # below the axes: the reference lines can sit anywhere in the plot
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    return _save(fig, path)
+
+
+def latency_cdf(lhcb: dict, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for connections, run in sorted(lhcb["connections"].items(), key=lambda kv: int(kv[0])):
+        points = run.get("cdf_ms") or []
+        if points:
+            label = f"{connections} connection{'s' * (connections != '1')}"
+            ax.plot([ms for _, ms in points], [p for p, _ in points], label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, from send)")
+    ax.set_ylabel("percentile")
+    ax.set_ylim(0, 100)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("POST /match latency")
+    ax.legend()
+    return _save(fig, path)
+
+
+def throughput_vs_waiting_jobs(scaling: list[dict], path: Path) -> Path:
+    runs = sorted(scaling, key=lambda run: run["waiting_jobs"])
+    sizes = [run["waiting_jobs"] for run in runs]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(sizes, [_matches_per_s(run) for run in runs], "o-", color="tab:blue", label="matches / s")
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [f"{n / 1e6:g}M" for n in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("waiting jobs")
+    ax.set_ylabel("matches / s")
+    ax.set_ylim(bottom=0)
+    p99 = [_p99_ms(run) for run in runs]
+    if all(v is not None for v in p99):
+        right = ax.twinx()
+        right.plot(sizes, p99, "s--", color="tab:orange", label="p99 latency")
+        right.set_ylabel("p99 latency (ms)")
+        right.set_ylim(bottom=0)
+        right.legend(loc="lower right")
+    ax.legend(loc="lower left")
+    ax.set_title("Throughput by queue size")
+    return _save(fig, path)
+
+
+def plot(results: dict, out_dir: Path) -> list[Path]:
+    """Draw the figures the results have data for; return their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    lhcb = results.get("lhcb", {})
+    if lhcb.get("connections"):
+        written.append(throughput_vs_connections(lhcb, out_dir / "throughput_vs_connections.png"))
+        written.append(latency_cdf(lhcb, out_dir / "latency_cdf.png"))
+    if results.get("scaling"):
+        written.append(throughput_vs_waiting_jobs(results["scaling"], out_dir / "throughput_vs_waiting_jobs.png"))
+    return written

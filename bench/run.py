@@ -1,0 +1,149 @@
+"""The whole benchmark: workloads, pilots over real HTTP, references, figures.
+
+    python -m bench.run [--quick] [--workers 2] [--seconds 20] [--only lhcb,scaling,submit,recompute,soak]
+                        [--max-jobs 10000000] [--soak-seconds 300] [--keep-db]
+
+Each section recreates the database `fairmatch_bench` and loads what it
+needs, so sections are independent; one that fails is reported and the next
+one runs. Results: bench/results/<UTC timestamp>.json, the figures and
+server logs in bench/results/<timestamp>/, and Markdown tables on stdout.
+Progress lines go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import traceback
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench import run_env
+from bench.run_admin import recompute_section, submit_section
+from bench.run_match import lhcb_section, scaling_section, soak_section
+from bench.run_plan import DATABASE, Bench, Plan
+from bench.run_report import markdown
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SECTIONS = {
+    "lhcb": lhcb_section,
+    "scaling": scaling_section,
+    "submit": submit_section,
+    "recompute": recompute_section,
+    "soak": soak_section,
+}
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _sections(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"sections are {', '.join(SECTIONS)}; got {value!r}")
+    return [n for n in SECTIONS if n in names]  # always in the documented order
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and short runs: a 2-3 minute smoke test")
+    parser.add_argument("--workers", type=int, default=2, help="fairmatch serve --workers (default 2)")
+    parser.add_argument("--seconds", type=int, help="each wrk and pgbench run (default 20, quick 3)")
+    parser.add_argument("--only", type=_sections, default=list(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--max-jobs", type=int, default=10_000_000, help="largest queue (scaling, recompute)")
+    parser.add_argument("--soak-seconds", type=int, help="soak duration (default 300, quick 20)")
+    parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
+    parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),
+                        help="a PostgreSQL superuser URL; the benchmark creates its database beside it")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def _environment() -> dict:
+    """FAIRMATCH_* variables the server inherits (secrets left out)."""
+    hidden = ("SECRET", "TOKEN", "PASSWORD", "KEY")
+    return {k: v for k, v in os.environ.items() if k.startswith("FAIRMATCH_") and not any(h in k for h in hidden)}
+
+
+def _store(results: dict, name: str, section: dict) -> None:
+    # the scaling runs are a list in the plot's contract; the rest goes beside it
+    if name == "scaling":
+        results["scaling"] = section.pop("runs")
+        results["scaling_extra"] = section
+    else:
+        results[name] = section
+
+
+def _server_logs(out_dir: Path) -> dict:
+    """Warnings and errors the servers logged (JSON lines), per log file."""
+    counts = {}
+    for log in sorted(out_dir.glob("server-*.log")):
+        levels = Counter()
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                levels[json.loads(line).get("level", "?")] += 1
+            except (ValueError, AttributeError):
+                pass
+        found = {level: levels[level] for level in ("warning", "error", "critical") if levels[level]}
+        if found:
+            counts[log.name] = found
+    return counts
+
+
+def _save(results: dict, path: Path) -> None:
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = RESULTS / stamp
+    out_dir.mkdir(parents=True)
+    results_file = RESULTS / f"{stamp}.json"
+    results: dict = {
+        "started_at": stamp,
+        "machine": run_env.machine(args.pg_url),
+        "settings": {"plan": plan.to_json(), "sections": args.only, "database": DATABASE,
+                     "pg_url": run_env.redacted(args.pg_url), "environment": _environment()},  # fmt: skip
+        "errors": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="fairmatch-bench-") as work:
+        bench = Bench(plan, args.pg_url, out_dir, Path(work))
+        bench.log(f"results in {results_file}; sections {', '.join(args.only)}")
+        try:
+            for name in args.only:
+                bench.log(f"== {name} (load average {os.getloadavg()[0]:.2f})")
+                try:
+                    _store(results, name, SECTIONS[name](bench))
+                except Exception as exc:  # one section's failure is reported, the others still run
+                    bench.stop_server()
+                    results["errors"][name] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
+                                               "traceback": traceback.format_exc()}  # fmt: skip
+                    bench.log(f"{name} failed: {type(exc).__name__}: {str(exc)[:500]}")
+                _save(results, results_file)
+        finally:
+            bench.stop_server()
+            if not args.keep_db:
+                bench.drop_database()
+    try:
+        from bench.plot import plot
+
+        for figure in plot(results, out_dir):
+            bench.log(f"figure {figure}")
+    except Exception as exc:
+        results["errors"]["plot"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        bench.log(f"plot failed: {exc}")
+    results["server_logs"] = _server_logs(out_dir)
+    results["finished_at"] = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    _save(results, results_file)
+    report = markdown(results)
+    (out_dir / "summary.md").write_text(report + "\n")
+    print(report)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The non-matching sections: bulk submission over POST /jobs and the
+priority recompute of the DiracX-target workload."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import threading
+import time
+from datetime import datetime
+
+import httpx
+
+from bench import run_env
+from bench.run_match import describe
+from bench.run_plan import Bench
+from bench.workloads import diracx, lhcb
+
+# what a job carries besides its requirements; DIRAC keeps the JDL there
+PAYLOAD = {"executable": "dirac-jobexec", "arguments": "jobDescription.xml -o LogLevel=INFO"}
+DISTINCT_BODIES = 4  # request bodies encoded up front and sent in turn
+
+
+def _bodies(specs: list[dict], weights: list[int], batch: int, seed: int) -> list[bytes]:
+    """Batches of LHCb-like jobs: each TQ's spec drawn as often as it holds jobs."""
+    rng = random.Random(f"submit:{seed}")
+    return [
+        json.dumps({"jobs": [{**spec, "payload": PAYLOAD} for spec in rng.choices(specs, weights, k=batch)]},
+                   separators=(",", ":")).encode()  # fmt: skip
+        for _ in range(DISTINCT_BODIES)
+    ]
+
+
+def submit(api: str, bodies: list[bytes], batch: int, batches: int, clients: int) -> dict:
+    """`batches` POST /jobs of `batch` jobs each, from `clients` threads at once."""
+    lock = threading.Lock()
+    todo = iter(range(batches))
+    seconds: list[float] = []
+    failures: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                started = time.perf_counter()
+                r = http.post(f"{api}/jobs", content=bodies[i % len(bodies)])
+                took = time.perf_counter() - started
+                with lock:
+                    (seconds if r.status_code == 201 else failures).append(
+                        took if r.status_code == 201 else f"{r.status_code}: {r.text[:200]}"
+                    )
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    accepted = len(seconds) * batch
+    return {
+        "clients": clients, "batch": batch, "batches": batches, "jobs": accepted, "seconds": round(wall, 3),
+        "jobs_per_s": accepted / wall, "batch_seconds_median": statistics.median(seconds) if seconds else None,
+        "batch_seconds_max": max(seconds, default=None), "failed_batches": len(failures), "failures": failures[:5],
+    }  # fmt: skip
+
+
+def submit_section(b: Bench) -> dict:
+    """Into a database already holding the LHCb workload, so most jobs join existing TQs."""
+    plan = b.plan
+    workload = lhcb(plan.lhcb_scale, plan.seed)
+    b.fresh_database()
+    b.load(workload)
+    server = b.start_server()
+    bodies = _bodies(list(workload.specs), list(workload.jobs), plan.submit_batch, plan.seed)
+    out = {"workload": describe(workload, scale=plan.lhcb_scale), "body_mib": round(len(bodies[0]) / 2**20, 1),
+           "runs": {}}  # fmt: skip
+    for clients in plan.submit_clients:
+        run = out["runs"][str(clients)] = submit(server.api, bodies, plan.submit_batch, plan.submit_batches, clients)
+        b.log(f"submission, {clients} client{'s' * (clients > 1)}: {run['jobs']:,} jobs in {run['seconds']:.1f} s,"
+              f" {run['jobs_per_s']:,.0f} jobs/s, {run['failed_batches']} failed batches")  # fmt: skip
+    b.stop_server()
+    return out
+
+
+def _server_seconds(answer: dict) -> float:
+    started, finished = (datetime.fromisoformat(answer[k]) for k in ("started_at", "finished_at"))
+    return (finished - started).total_seconds()
+
+
+def recompute_section(b: Bench) -> dict:
+    """The first size is loaded, the next ones topped up (same TQs, more jobs);
+    a fresh server per size, whose start-up recompute is the warm-up."""
+    plan = b.plan
+    runs = []
+    for i, jobs in enumerate(plan.recompute_jobs):
+        workload = diracx(jobs, plan.seed)
+        if i == 0:
+            b.fresh_database()
+            b.load(workload)
+        else:
+            b.fill(workload, jobs)
+        tqs = run_env.query(b.url, "SELECT count(*) FROM task_queues")[0][0]
+        if tqs != len(workload.specs):
+            raise RuntimeError(f"{tqs} TQs in the database, the workload has {len(workload.specs)}")
+        server = b.start_server()
+        client, answers = [], []
+        for _ in range(plan.recompute_repeats):
+            seconds, answer = server.recompute()
+            client.append(seconds)
+            answers.append(answer)
+        server_side = [_server_seconds(a) for a in answers]
+        run = {"workload": describe(workload), "task_queues": tqs, "jobs": run_env.waiting_jobs(b.url),
+               "repeats": len(client), "seconds": client, "median_s": statistics.median(client),
+               "server_seconds": server_side, "server_median_s": statistics.median(server_side),
+               "changed": [a["changed"] for a in answers]}  # fmt: skip
+        runs.append(run)
+        b.log(f"recompute, {tqs:,} TQs, {run['jobs']:,} jobs: median {run['median_s']:.3f} s"
+              f" (server {run['server_median_s']:.3f} s) over {len(client)} runs")  # fmt: skip
+    b.stop_server()
+    return {"runs": runs}

@@ -1,0 +1,225 @@
+"""The benchmark's surroundings: its database, the fairmatch server under test,
+and the facts about the machine that go into the results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import httpx
+import psycopg
+from sqlalchemy.engine import make_url
+
+from app.db import migrate
+from app.db.engine import APPLICATION_NAME
+
+REPO = Path(__file__).resolve().parent.parent
+# the tables that matching writes to, sampled for dead tuples and vacuumed between runs
+HOT_TABLES = ("tq_jobs", "jobs", "job_events", "task_queues")
+PG_SETTINGS = ("shared_buffers", "work_mem", "effective_cache_size", "max_connections", "synchronous_commit",
+               "fsync", "autovacuum", "jit")  # fmt: skip
+
+
+def database_url(admin_url: str, name: str) -> str:
+    """The admin URL pointed at database `name`, in libpq form."""
+    url = make_url(admin_url).set(drivername="postgresql", database=name)
+    return url.render_as_string(hide_password=False)
+
+
+def redacted(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def reset_database(admin_url: str, name: str) -> str:
+    """Drop `name`, create it empty and migrate it to head; return its URL."""
+    drop_database(admin_url, name)
+    with psycopg.connect(database_url(admin_url, _admin_db(admin_url)), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = database_url(admin_url, name)
+    migrate.upgrade(url)
+    return url
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(database_url(admin_url, _admin_db(admin_url)), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin_db(admin_url: str) -> str:
+    return make_url(admin_url).database or "postgres"
+
+
+def query(url: str, statement: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(statement, params).fetchall()
+
+
+def waiting_jobs(url: str) -> int:
+    return query(url, "SELECT count(*) FROM tq_jobs")[0][0]
+
+
+def vacuum(url: str) -> None:
+    """VACUUM ANALYZE the hot tables, so that every run starts without dead tuples."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"VACUUM (ANALYZE) {', '.join(HOT_TABLES)}")
+
+
+def wait_idle(url: str, seconds: float = 120) -> bool:
+    """Wait until no fairmatch session of this database is busy. A wrk run
+    ends with requests still in flight, which the server finishes after wrk
+    has gone: a top-up must not meet them (its table locks would deadlock
+    with their claims). True when idle, False when the time ran out."""
+    deadline = time.monotonic() + seconds
+    quiet = 0
+    while time.monotonic() < deadline:
+        busy = query(
+            url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s AND state <> 'idle'",
+            (APPLICATION_NAME,),
+        )[0][0]
+        # idle twice in a row: a request may sit between two transactions
+        quiet = quiet + 1 if busy == 0 else 0
+        if quiet >= 2:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def table_stats(url: str) -> dict[str, dict[str, int]]:
+    rows = query(
+        url,
+        "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+        (list(HOT_TABLES),),
+    )
+    return {name: {"live": live, "dead": dead} for name, live, dead in rows}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`fairmatch serve --workers N` on a free loopback port, as a subprocess."""
+
+    def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path):
+        self.port = free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        config = work_dir / "empty.toml"
+        config.write_text("# every setting is a default or comes from the environment\n")
+        env = {
+            **os.environ,
+            "FAIRMATCH_DATABASE_URL": url,
+            "FAIRMATCH_CONFIG": str(config),
+            "FAIRMATCH_SERVER__ACCESS_LOG": "false",
+            "FAIRMATCH_SERVER__LOG_LEVEL": "warning",
+        }
+        self.log_path = log_dir / f"server-{self.port}.log"
+        command = [str(Path(sys.executable).with_name("fairmatch")), "serve", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--workers", str(workers)]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        if not self._ready(60):
+            self.stop()
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"fairmatch serve not ready (exit {self.process.returncode}):\n{tail}")
+
+    @property
+    def api(self) -> str:
+        return f"{self.root}/api/v1"
+
+    def _ready(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                if httpx.get(f"{self.root}/readyz", timeout=1).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def recompute(self) -> tuple[float, dict]:
+        """POST /priorities/recompute; (seconds as the client saw them, the answer)."""
+        started = time.perf_counter()
+        r = httpx.post(f"{self.api}/priorities/recompute", timeout=600)
+        seconds = time.perf_counter() - started
+        r.raise_for_status()
+        return seconds, r.json()
+
+    def stop(self) -> None:
+        """SIGTERM (graceful), then SIGKILL if it lingers."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _first_line(command: list[str]) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def _cpu_model() -> str:
+    try:
+        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+    except OSError:
+        found = None
+    return found.group(1).strip() if found else platform.processor() or platform.machine()
+
+
+def _ram_gib() -> float | None:
+    try:
+        kib = int(re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE).group(1))
+    except (OSError, AttributeError):
+        return None
+    return round(kib / 2**20, 1)
+
+
+def _git(*args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def machine(admin_url: str) -> dict:
+    """CPU, memory, versions and the PostgreSQL settings that shape the figures."""
+    with psycopg.connect(database_url(admin_url, _admin_db(admin_url)), autocommit=True) as conn:
+        version = conn.execute("SELECT version()").fetchone()[0]
+        settings = dict(
+            conn.execute("SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+                         (list(PG_SETTINGS),)).fetchall()  # fmt: skip
+        )
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": _ram_gib(),
+        "os": platform.platform(),
+        # other work on the machine skews every figure: see it at the start
+        "load_average_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "postgresql": version,
+        "postgresql_settings": settings,
+        "fairmatch_version": metadata.version("fairmatch"),
+        "fairmatch_commit": _git("rev-parse", "HEAD"),
+        "fairmatch_tree_modified": bool(status) if status is not None else None,
+        "wrk": _first_line(["wrk", "-v"]),
+        "pgbench": _first_line(["pgbench", "--version"]),
+    }

@@ -1,0 +1,150 @@
+"""The matching sections: LHCb 1:1 against the references, throughput against
+queue size, and the soak at a fixed offered rate."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from bench import run_env
+from bench.pilots import run_pilots
+from bench.references import bare_claim, legacy_dirac
+from bench.run_plan import Bench
+from bench.workloads import Workload, lhcb
+
+LHCB_JOBS = 871_973  # the snapshot's published total, for scaling to a wanted size
+
+
+def describe(workload: Workload, **extra) -> dict:
+    return {"name": workload.name, "seed": workload.seed, "task_queues": len(workload.specs),
+            "jobs": workload.total_jobs, **extra}  # fmt: skip
+
+
+def errors(run: dict) -> int:
+    """Socket errors and timeouts, plus answers other than 200 and 204."""
+    socket = sum(n for kind, n in run["errors"].items() if kind != "status")
+    return socket + run["status"]["other"]
+
+
+def _summary(run: dict) -> str:
+    lat = run["latency_ms"]
+    return (f"{run['matches_per_s']:,.0f} matches/s, {run['rps']:,.0f} req/s, p50 {lat['p50']:.1f} ms,"
+            f" p99 {lat['p99']:.1f} ms, 204: {run['status']['204']:,}, errors: {errors(run)}")  # fmt: skip
+
+
+def lhcb_section(b: Bench) -> dict:
+    """References first (no server holding connections), then wrk at 1, 8, 64 connections."""
+    plan = b.plan
+    workload = lhcb(plan.lhcb_scale, plan.seed)
+    target = workload.total_jobs
+    b.fresh_database()
+    b.load(workload)
+    resources = b.pilots_file(workload)
+    out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
+                 "connections": {}, "bare_claims": {}, "legacy_runs": {}}  # fmt: skip
+    for clients in plan.bare_clients:
+        rows = b.fill(workload, target)
+        run = out["bare_claims"][str(clients)] = bare_claim(b.url, rows, clients, plan.seconds)
+        b.log(f"bare claim, {clients} clients, {rows:,} rows: {run['claims_per_s']:,.0f} claims/s"
+              f"{' (ran dry)' if run['ran_dry'] else ''}")  # fmt: skip
+    for clients in plan.legacy_clients:
+        b.fill(workload, target)
+        run = out["legacy_runs"][str(clients)] = legacy_dirac(b.url, clients, plan.seconds, resources)
+        b.log(f"DIRAC matchAndGetJob SQL, {clients} clients: {run['matches_per_s']:,.0f} matches/s,"
+              f" {run['delete_found_nothing']:,} lost races, {run['queue_emptied']:,} emptied queues")  # fmt: skip
+    server = b.start_server()
+    for connections in plan.connections:
+        waiting = b.fill(workload, target)
+        run = run_pilots(server.root, resources, connections, plan.seconds)
+        out["connections"][str(connections)] = {**run, "waiting_jobs": waiting}
+        b.log(f"fairmatch, {connections} connections: {_summary(run)}")
+    b.stop_server()
+    # the plot draws one line per reference: the best figure of each
+    out["bare_claim"] = max(out["bare_claims"].values(), key=lambda r: r["claims_per_s"])
+    out["legacy"] = max(out["legacy_runs"].values(), key=lambda r: r["matches_per_s"])
+    return out
+
+
+def scaling_section(b: Bench) -> dict:
+    """Load the smallest size once, then top up; a fresh server per size."""
+    plan = b.plan
+    sizes = plan.scaling_sizes
+    workload = lhcb(sizes[0] / LHCB_JOBS, plan.seed)
+    b.fresh_database()
+    b.load(workload)
+    resources = b.pilots_file(workload)
+    runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
+    for size in sizes:
+        b.fill(workload, size)
+        server = b.start_server()
+        for connections in plan.scaling_connections:
+            waiting = b.fill(workload, size)
+            run = run_pilots(server.root, resources, connections, plan.seconds)
+            runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
+                                           "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
+            b.log(f"{size:,} waiting, {connections} connections: {_summary(run)}")
+    b.stop_server()
+    main, *others = (str(c) for c in plan.scaling_connections)
+    return {"workload": describe(workload), "runs": runs[main], "other_connections": {c: runs[c] for c in others}}
+
+
+def _cdf_at(points: list, ms: float) -> float:
+    """The share (0..1) of one run's requests answered within `ms`, from its CDF points."""
+    below = [p for p, at in points if at <= ms]
+    return max(below) / 100 if below else 0.0
+
+
+def merged_percentile(runs: list[dict], percentile: float) -> float | None:
+    """The percentile of several wrk runs' latencies taken together, each run
+    weighted by its requests (read off their CDF points, so a step function)."""
+    runs = [r for r in runs if r["requests"] and r.get("cdf_ms")]
+    if not runs:
+        return None
+    total = sum(r["requests"] for r in runs)
+    candidates = sorted({ms for r in runs for _, ms in r["cdf_ms"]})
+    for ms in candidates:
+        if sum(r["requests"] * _cdf_at(r["cdf_ms"], ms) for r in runs) >= percentile / 100 * total:
+            return ms
+    return candidates[-1]
+
+
+def soak_section(b: Bench) -> dict:
+    """wrk at a fixed offered rate in back-to-back slices, dead tuples read after each."""
+    plan = b.plan
+    workload = lhcb(plan.lhcb_scale, plan.seed)
+    b.fresh_database()
+    b.load(workload)
+    resources = b.pilots_file(workload)
+    b.fill(workload, workload.total_jobs)
+    server = b.start_server()
+    samples = [{"t_s": 0.0, "tables": run_env.table_stats(b.url)}]
+    slices = []
+    started = time.monotonic()
+    for _ in range(math.ceil(plan.soak_seconds / plan.soak_slice)):
+        run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate)
+        t = round(time.monotonic() - started, 1)
+        tables = run_env.table_stats(b.url)
+        slices.append(run)
+        samples.append({"t_s": t, "rps": run["rps"], "matches_per_s": run["matches_per_s"],
+                        "p99_ms": run["latency_ms"]["p99"], "errors": errors(run), "status": run["status"],
+                        "tables": tables})  # fmt: skip
+        dead = ", ".join(f"{t} {tables.get(t, {}).get('dead', 0):,}" for t in ("tq_jobs", "jobs", "job_events"))
+        b.log(f"soak {t:5.0f} s: {run['rps']:,.0f} req/s, p99 {run['latency_ms']['p99']:.1f} ms; dead tuples {dead}")
+    waiting = run_env.waiting_jobs(b.url)
+    b.stop_server()
+    # the first and the last minute (half the soak when it is shorter than two)
+    per_window = max(1, round(min(60, plan.soak_seconds / 2) / plan.soak_slice))
+    first, last = slices[:per_window], slices[-per_window:]
+    return {
+        "workload": describe(workload, scale=plan.lhcb_scale),
+        "offered_rps": plan.soak_rate,
+        "connections": plan.soak_connections,
+        "slice_s": plan.soak_slice,
+        "window_s": per_window * plan.soak_slice,
+        "p99_first_ms": merged_percentile(first, 99),
+        "p99_last_ms": merged_percentile(last, 99),
+        "rps_mean": sum(r["requests"] for r in slices) / sum(r["duration_s"] for r in slices),
+        "errors": sum(errors(r) for r in slices),
+        "waiting_at_end": waiting,
+        "samples": samples,
+    }

@@ -1,0 +1,128 @@
+"""What one benchmark run measures (sizes, durations) and the state shared by
+its sections: the database, the server, the pilots files, progress lines."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import run_env
+from bench.pilots import write_resources
+from bench.workloads import Workload, load, pilots, top_up
+
+DATABASE = "fairmatch_bench"
+SCALING_SIZES = (1_000_000, 2_500_000, 5_000_000, 10_000_000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    workers: int
+    seconds: int  # each closed-loop wrk run and each pgbench run
+    lhcb_scale: float
+    scaling_sizes: tuple[int, ...]
+    recompute_jobs: tuple[int, ...]
+    recompute_repeats: int
+    submit_batches: int  # per client count
+    soak_seconds: int
+    soak_slice: int
+    connections: tuple[int, ...] = (1, 8, 64)
+    bare_clients: tuple[int, ...] = (16, 64)
+    legacy_clients: tuple[int, ...] = (8, 64)
+    scaling_connections: tuple[int, ...] = (64, 8)  # the first is the one plotted
+    submit_batch: int = 10_000
+    submit_clients: tuple[int, ...] = (1, 2)
+    soak_rate: float = 1000
+    soak_connections: int = 64
+    pilots: int = 10_000
+    seed: int = 0
+
+    @classmethod
+    def build(cls, quick: bool, workers: int, seconds: int | None, max_jobs: int, soak_seconds: int | None) -> Plan:
+        if quick:
+            sizes, recompute, scale = (50_000, 100_000), (50_000,), 0.05
+        else:
+            sizes, recompute, scale = SCALING_SIZES, (1_000_000, max_jobs), 1.0
+        sizes = tuple(n for n in sizes if n <= max_jobs) or (max_jobs,)
+        recompute = tuple(sorted({min(n, max_jobs) for n in recompute}))
+        return cls(
+            quick=quick,
+            workers=workers,
+            seconds=seconds or (3 if quick else 20),
+            lhcb_scale=scale,
+            scaling_sizes=sizes,
+            recompute_jobs=recompute,
+            recompute_repeats=3 if quick else 5,
+            submit_batches=2 if quick else 20,
+            soak_seconds=soak_seconds or (20 if quick else 300),
+            soak_slice=5 if quick else 10,
+        )
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Bench:
+    """One database (recreated per section) and at most one server at a time."""
+
+    def __init__(self, plan: Plan, admin_url: str, out_dir: Path, work_dir: Path):
+        # out_dir keeps the server logs; work_dir the throw-away files
+        self.plan, self.admin_url, self.out_dir, self.work_dir = plan, admin_url, out_dir, work_dir
+        self.url: str | None = None
+        self.server: run_env.Server | None = None
+        self.started = time.monotonic()
+        self._pilots: dict[tuple, Path] = {}
+
+    def log(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.started:7.1f}s] {line}", file=sys.stderr, flush=True)
+
+    def fresh_database(self) -> str:
+        self.stop_server()
+        self.url = run_env.reset_database(self.admin_url, DATABASE)
+        self.log(f"database {DATABASE} created and migrated")
+        return self.url
+
+    def drop_database(self) -> None:
+        self.stop_server()
+        run_env.drop_database(self.admin_url, DATABASE)
+
+    def load(self, workload: Workload) -> dict:
+        self.log(f"loading {workload.name}: {len(workload.specs):,} TQs, {workload.total_jobs:,} jobs")
+        report = load(self.url, workload, progress=lambda line: self.log(f"  {line}"))
+        run_env.vacuum(self.url)
+        return report
+
+    def fill(self, workload: Workload, total: int) -> int:
+        """Top the queue up to `total` waiting jobs and vacuum; return the waiting jobs."""
+        if self.server is not None and not run_env.wait_idle(self.url):
+            self.log("the server is still busy after 120 s; topping up anyway")
+        report = top_up(self.url, workload, total, progress=None)
+        run_env.vacuum(self.url)
+        if report["jobs"]:
+            self.log(f"topped up {report['jobs']:,} jobs in {report['seconds']:.1f} s")
+        return run_env.waiting_jobs(self.url)
+
+    def start_server(self) -> run_env.Server:
+        """A new server (the previous one stopped), its priorities computed once."""
+        self.stop_server()
+        self.server = run_env.Server(self.url, self.plan.workers, self.out_dir, self.work_dir)
+        seconds, _ = self.server.recompute()
+        self.log(f"fairmatch serve --workers {self.plan.workers} ready at {self.server.root}"
+                 f" (first recompute {seconds:.2f} s)")  # fmt: skip
+        return self.server
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def pilots_file(self, workload: Workload) -> Path:
+        """The workload's pilot resource descriptions, one JSON a line (made once)."""
+        key = (workload.name, workload.seed, workload.total_jobs)
+        if key not in self._pilots:
+            path = self.work_dir / f"pilots-{len(self._pilots)}.jsonl"
+            write_resources(pilots(workload, self.plan.pilots, self.plan.seed), path)
+            self._pilots[key] = path
+        return self._pilots[key]

@@ -1,0 +1,181 @@
+"""The results as Markdown tables (for bench/README.md), with the targets and
+whether each holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bench.run_match import errors
+
+# --- formatting
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _p(run: dict, key: str) -> float | None:
+    return run.get("latency_ms", {}).get(key)
+
+
+# --- sections
+
+
+def _lhcb(results: dict) -> list[str]:
+    lhcb = results["lhcb"]
+    w = lhcb["workload"]
+    fm = lhcb["connections"]
+    top = fm.get("64", {}).get("matches_per_s")
+    lines = [f"#### Matching: LHCb snapshot × {w['scale']:g} ({w['task_queues']:,} TQs, {w['jobs']:,} waiting jobs),"
+             f" `--workers {lhcb['workers']}`", ""]  # fmt: skip
+    rows = []
+    for c, run in sorted(fm.items(), key=lambda kv: int(kv[0])):
+        rows.append([f"fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
+                     _n(_p(run, "p99"), 2), f"{run['status']['200']:,}", f"{run['status']['204']:,}",
+                     str(errors(run)), "—"])  # fmt: skip
+    for c, run in sorted(lhcb.get("bare_claims", {}).items(), key=lambda kv: int(kv[0])):
+        rows.append(["bare durable claim (pgbench)", c, _n(run["claims_per_s"]), _n(_p(run, "p50"), 2),
+                     _n(_p(run, "p99"), 2), f"{run['transactions']:,}", "—", str(run["failed"]),
+                     _n(_ratio(top, run["claims_per_s"]), 2) + "× (fairmatch at 64)"])  # fmt: skip
+    for c, run in sorted(lhcb.get("legacy_runs", {}).items(), key=lambda kv: int(kv[0])):
+        same = fm.get(c, fm.get("64", {})).get("matches_per_s")
+        at = c if c in fm else "64"
+        rows.append(["DIRAC `matchAndGetJob` SQL (pgbench)", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
+                     _n(_p(run, "p99"), 2), f"{run['matched']:,}", f"{run['no_match']:,}", str(run["failed"]),
+                     _n(_ratio(same, run["matches_per_s"]), 2) + f"× (fairmatch at {at})"])  # fmt: skip
+    header = ["", "connections / clients", "matches/s", "p50 ms", "p99 ms", "matched", "no match", "errors",
+              "fairmatch ÷ this"]  # fmt: skip
+    return lines + _table(header, rows)
+
+
+def _scaling(results: dict) -> list[str]:
+    main = str(results["scaling"][0]["connections"])
+    series = {main: results["scaling"], **results.get("scaling_extra", {}).get("other_connections", {})}
+    rows = []
+    for c, runs in series.items():
+        first = runs[0]["matches_per_s"] if runs else None
+        for run in runs:
+            rows.append([f"{run['waiting_jobs']:,}", c, _n(run["matches_per_s"]), _n(run["p99_ms"], 2),
+                         str(errors(run)), _n(_ratio(run["matches_per_s"], first), 2)])  # fmt: skip
+    header = ["waiting jobs", "connections", "matches/s", "p99 ms", "errors", "÷ smallest size"]
+    return ["#### Throughput by queue size (LHCb workload scaled)", "", *_table(header, rows)]
+
+
+def _submit(results: dict) -> list[str]:
+    s = results["submit"]
+    rows = [[c, f"{r['jobs']:,}", _n(r["seconds"], 1), _n(r["jobs_per_s"]), _n(r["batch_seconds_median"], 2),
+             str(r["failed_batches"])] for c, r in s["runs"].items()]  # fmt: skip
+    header = ["clients", "jobs", "seconds", "jobs/s", "median s per batch", "failed batches"]
+    batch = next(iter(s["runs"].values()))["batch"]
+    title = f"#### Bulk submission: `POST /jobs`, batches of {batch:,} ({s['body_mib']} MiB each)"
+    return [title, "", *_table(header, rows)]
+
+
+def _recompute(results: dict) -> list[str]:
+    rows = [[f"{r['task_queues']:,}", f"{r['jobs']:,}", str(r["repeats"]), _n(r["median_s"], 3),
+             _n(r["server_median_s"], 3), _n(max(r["seconds"]), 3)] for r in results["recompute"]["runs"]]  # fmt: skip
+    header = ["TQs", "waiting jobs", "runs", "median s (client)", "median s (server)", "slowest s"]
+    return ["#### Priority recompute (DiracX target)", "", *_table(header, rows)]
+
+
+def _soak(results: dict) -> list[str]:
+    s = results["soak"]
+    rows = []
+    for sample in s["samples"][1:]:
+        dead = {name: sample["tables"].get(name, {}).get("dead") for name in ("tq_jobs", "jobs", "job_events")}
+        rows.append([_n(sample["t_s"]), _n(sample["rps"]), _n(sample["matches_per_s"]), _n(sample["p99_ms"], 2),
+                     str(sample["errors"]), *(_n(v) for v in dead.values())])  # fmt: skip
+    header = ["t s", "req/s", "matches/s", "p99 ms", "errors", "dead tq_jobs", "dead jobs", "dead job_events"]
+    title = (f"#### Soak: {s['offered_rps']:,.0f} req/s offered over {s['connections']} connections;"
+             f" p99 first {s['window_s']} s {_n(s['p99_first_ms'], 2)} ms, last {s['window_s']} s"
+             f" {_n(s['p99_last_ms'], 2)} ms")  # fmt: skip
+    return [title, "", *_table(header, rows)]
+
+
+# --- targets
+
+
+def _all_wrk_runs(results: dict) -> Iterator[dict]:
+    yield from results.get("lhcb", {}).get("connections", {}).values()
+    yield from results.get("scaling", [])
+    for runs in results.get("scaling_extra", {}).get("other_connections", {}).values():
+        yield from runs
+    yield from (s for s in results.get("soak", {}).get("samples", [])[1:])
+
+
+def targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, holds); holds is None when the section did not run."""
+    out = []
+    lhcb = results.get("lhcb")
+    if lhcb:
+        top = lhcb["connections"].get("64", {}).get("matches_per_s")
+        bare = lhcb.get("bare_claim", {}).get("claims_per_s")
+        ratio = _ratio(top, bare)
+        out.append((f"LHCb, {lhcb['workers']} workers, 64 connections ≥ 0.3× bare claim (best of its runs)",
+                    f"{_n(ratio, 2)}× ({_n(top)} vs {_n(bare)}/s)", ratio is not None and ratio >= 0.3))  # fmt: skip
+        out.append(("LHCb, 64 connections ≥ 1,000 matches/s", f"{_n(top)}/s", top is not None and top >= 1000))
+        p99 = _p(lhcb["connections"].get("8", {}), "p99")
+        out.append(("p99 ≤ 10 ms at 8 connections", f"{_n(p99, 2)} ms", p99 is not None and p99 <= 10))
+    else:
+        out += [("LHCb ≥ 0.3× bare claim, ≥ 1,000 matches/s; p99 ≤ 10 ms at 8", "not run", None)]
+    runs = list(_all_wrk_runs(results))
+    n = sum(r["errors"] if isinstance(r["errors"], int) else errors(r) for r in runs)
+    out.append(("zero errors (every wrk run)", f"{n} in {len(runs)} runs", n == 0 if runs else None))
+    scaling = results.get("scaling")
+    if scaling and len(scaling) > 1:
+        small, big = scaling[0], scaling[-1]
+        ratio = _ratio(big["matches_per_s"], small["matches_per_s"])
+        label = f"{big['waiting_jobs']:,} waiting ≥ 0.8× {small['waiting_jobs']:,} ({small['connections']} connections)"
+        out.append((label, f"{_n(ratio, 2)}×", ratio is not None and ratio >= 0.8))
+    else:
+        out.append(("largest queue ≥ 0.8× the smallest", "not run", None))
+    submit = results.get("submit")
+    best = max((r["jobs_per_s"] for r in submit["runs"].values()), default=None) if submit else None
+    out.append(("bulk submission ≥ 20,000 jobs/s (best client count)", f"{_n(best)}/s" if submit else "not run",
+                best >= 20_000 if best is not None else None))  # fmt: skip
+    recompute = results.get("recompute")
+    if recompute and recompute["runs"]:
+        last = recompute["runs"][-1]
+        out.append((f"recompute of {last['task_queues']:,} TQs ({last['jobs']:,} jobs) ≤ 1 s",
+                    f"{_n(last['median_s'], 3)} s", last["median_s"] <= 1))  # fmt: skip
+    else:
+        out.append(("recompute of 10k TQs ≤ 1 s", "not run", None))
+    soak = results.get("soak")
+    if soak and soak["p99_first_ms"]:
+        ratio = _ratio(soak["p99_last_ms"], soak["p99_first_ms"])
+        out.append(("soak: last p99 ≤ 1.5× first p99",
+                    f"{_n(soak['p99_last_ms'], 2)} / {_n(soak['p99_first_ms'], 2)} ms = {_n(ratio, 2)}×",
+                    ratio is not None and ratio <= 1.5))  # fmt: skip
+    else:
+        out.append(("soak: last p99 ≤ 1.5× first p99", "not run", None))
+    return out
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"### Results {results['started_at']}", ""]
+    if results["settings"]["plan"]["quick"]:
+        lines += ["**Quick smoke run** (`--quick`): small sizes and short runs; not the issue's figures.", ""]
+    lines += [f"{m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB; {m['postgresql'].split(' on ')[0]};"
+              f" Python {m['python']}; fairmatch {(m['fairmatch_commit'] or '?')[:12]}"
+              f"{' (modified)' if m['fairmatch_tree_modified'] else ''}", ""]  # fmt: skip
+    rows = [[t, measured, {True: "yes", False: "**no**", None: "—"}[holds]] for t, measured, holds in targets(results)]
+    lines += ["#### Targets", "", *_table(["target", "measured", "holds"], rows), ""]
+    for key, render in (("lhcb", _lhcb), ("scaling", _scaling), ("submit", _submit), ("recompute", _recompute),
+                        ("soak", _soak)):  # fmt: skip
+        if results.get(key):
+            lines += [*render(results), ""]
+    for name, levels in results.get("server_logs", {}).items():
+        counts = ", ".join(f"{n} {level}" for level, n in levels.items())
+        lines += [f"**Server log** `{name}`: {counts} lines (see the file).", ""]
+    for section, error in results.get("errors", {}).items():
+        lines += [f"**{section} failed:** `{error['error']}`", ""]
+    return "\n".join(lines)

@@ -1,0 +1,266 @@
+"""Writing a workload straight into a migrated fairmatch PostgreSQL database.
+
+The rows are what `POST /jobs` would have written (task queue, value rows,
+Waiting job, tq_jobs row; no submission events), streamed with COPY FROM
+STDIN in one transaction, so a failed load leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
+
+import psycopg
+from psycopg import errors, sql
+from psycopg.copy import QueuedLibpqWriter
+from psycopg.types.json import Json
+from sqlalchemy import ARRAY
+from sqlalchemy.dialects import postgresql
+
+from app.db.tables import MULTI_VALUE_FIELDS, task_queues
+from app.jobs.lifecycle import JobStatus
+from app.taskqueues.requirements import real_priority
+from app.taskqueues.store import INITIAL_PRIORITY
+from bench.workload_fit import apportion
+from bench.workload_model import Workload, requirements_json
+
+USER_PRIORITY = 1
+PRIORITY_CLASS = 0
+# jobs reach a TQ in submissions of this size, interleaved across TQs, as
+# productions and users submit them: a TQ's jobs are not one block of the heap
+SUBMISSION = 1000
+WRITE_BYTES = 4 << 20
+# Writers (inserts, matches) wait until the load commits instead of
+# interleaving with it; readers go on.
+LOCK = "LOCK TABLE task_queues, jobs, tq_jobs IN SHARE ROW EXCLUSIVE MODE"
+
+Progress = Callable[[str], object]
+
+
+def _skip_row_triggers(conn: psycopg.Connection) -> bool:
+    """Leave out the per-row foreign-key triggers for this transaction: every
+    tq_jobs row points at a job and a TQ written or locked by this very
+    transaction, and the checks would cost several times the COPY itself.
+    Needs a superuser; without one the checks simply run."""
+    try:
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+        return True
+    except errors.InsufficientPrivilege:
+        return False
+
+
+def _connect(url: str) -> psycopg.Connection:
+    # SQLAlchemy spellings are accepted too: the service's own URL works as is
+    for driver in ("+psycopg", "+asyncpg", "+psycopg2"):
+        url = url.replace(f"postgresql{driver}://", "postgresql://")
+    return psycopg.connect(url)
+
+
+def _text(value: object) -> str:
+    """One field in COPY's text format."""
+    if value is None:
+        return r"\N"
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+class _Meter:
+    """Rows and rows/s of one table, on `progress` every few seconds."""
+
+    def __init__(self, table: str, total: int, progress: Progress | None):
+        self.table, self.total, self.progress = table, total, progress
+        self.rows, self.started = 0, time.monotonic()
+        self.shown = self.started
+
+    def add(self, rows: int) -> None:
+        self.rows += rows
+        now = time.monotonic()
+        if self.progress and now - self.shown >= 5:
+            self.shown = now
+            self.progress(f"{self.table}: {self.rows:,}/{self.total:,} rows, {self.rate():,.0f} rows/s")
+
+    def rate(self) -> float:
+        return self.rows / max(time.monotonic() - self.started, 1e-9)
+
+    def seconds(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def _segments(counts: Sequence[int], first_id: int) -> Iterator[tuple[int, int, int]]:
+    """(TQ index, first job id, n): round-robin submissions of up to SUBMISSION jobs."""
+    left = list(counts)
+    job_id = first_id
+    while True:
+        active = [i for i, n in enumerate(left) if n > 0]
+        if not active:
+            return
+        for i in active:
+            n = min(left[i], SUBMISSION)
+            yield i, job_id, n
+            job_id += n
+            left[i] -= n
+
+
+def _copy(table: str, columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+
+
+def _copy_rows(cur: psycopg.Cursor, table: str, columns: Sequence[str], rows: Iterator[tuple]) -> int:
+    n = 0
+    with cur.copy(_copy(table, columns)) as copy:
+        for row in rows:
+            copy.write_row(row)
+            n += 1
+    return n
+
+
+def _create_task_queues(
+    cur: psycopg.Cursor, workload: Workload, indices: Sequence[int], first_id: int, now: datetime
+) -> tuple[dict[int, int], int]:
+    """TQ rows and their value rows; (workload index -> TQ id, value rows)."""
+    ids = {i: first_id + k for k, i in enumerate(indices)}
+    # the schema may repeat the value lists as task_queues columns: filled as the service fills them
+    lists = [(f, isinstance(task_queues.c[f].type.dialect_impl(postgresql.dialect()), ARRAY))
+             for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
+    columns = ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
+               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists))  # fmt: skip
+    reqs = workload.requirements
+    _copy_rows(cur, "task_queues", columns, (
+        (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].vo, reqs[i].cpu_time,
+         reqs[i].priority_class, reqs[i].job_class, INITIAL_PRIORITY, None, now,
+         *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists))
+        for i in indices
+    ))  # fmt: skip
+    _advance(cur, "task_queues", first_id + len(indices) - 1)
+    values = 0
+    for field in MULTI_VALUE_FIELDS:
+        rows = ((ids[i], v) for i in indices for v in reqs[i].values(field))
+        values += _copy_rows(cur, f"tq_{field}", ("tq_id", "value"), rows)
+    return ids, values
+
+
+def _copy_jobs(
+    cur: psycopg.Cursor, workload: Workload, tq_ids: dict[int, int], counts: Sequence[int],
+    first_id: int, now: datetime, progress: Progress | None,
+) -> dict[str, float]:  # fmt: skip
+    """The Waiting jobs, then their tq_jobs rows; seconds and rows/s of each."""
+    total = sum(counts)
+    stamp = now.isoformat()
+    # everything after the job id is the same for every job of a TQ
+    job_tail = {}
+    for i, tq_id in tq_ids.items():
+        spec, req = workload.specs[i], workload.requirements[i]
+        fields = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, spec["cpu_time"],
+                  json.dumps(requirements_json(req)), USER_PRIORITY, PRIORITY_CLASS, tq_id, stamp)  # fmt: skip
+        job_tail[i] = ("\t" + "\t".join(map(_text, fields)) + "\n").encode()
+    queue_tail = {i: f"\t{tq_id}\t{USER_PRIORITY}\t{real_priority(USER_PRIORITY)!r}\n".encode()
+                  for i, tq_id in tq_ids.items()}  # fmt: skip
+    report = {}
+    for table, columns, tails in (
+        ("jobs", ("id", "status", "owner", "owner_group", "vo", "cpu_time", "requirements",
+                  "user_priority", "priority_class", "task_queue_id", "submitted_at"), job_tail),
+        ("tq_jobs", ("job_id", "tq_id", "user_priority", "real_priority"), queue_tail),
+    ):  # fmt: skip
+        meter = _Meter(table, total, progress)
+        # a writer thread sends while the next rows are made
+        with cur.copy(_copy(table, columns), writer=QueuedLibpqWriter(cur)) as copy:
+            chunk: list[bytes] = []
+            size = 0
+            for i, start, n in _segments(counts, first_id):
+                tail = tails[i]
+                chunk.append(b"".join([b"%d%s" % (job_id, tail) for job_id in range(start, start + n)]))
+                size += len(chunk[-1])
+                if size >= WRITE_BYTES:
+                    copy.write(b"".join(chunk))
+                    chunk, size = [], 0
+                meter.add(n)
+            if chunk:
+                copy.write(b"".join(chunk))
+        report[f"{table}_seconds"] = meter.seconds()
+        report[f"{table}_rows_per_second"] = round(meter.rate())
+    _advance(cur, "jobs", first_id + total - 1)
+    return report
+
+
+def _next_id(cur: psycopg.Cursor, table: str) -> int:
+    """Past both the table's largest id and its sequence."""
+    cur.execute(
+        sql.SQL(
+            "SELECT GREATEST((SELECT COALESCE(max(id), 0) FROM {t}),"
+            " COALESCE(pg_sequence_last_value(pg_get_serial_sequence(%s, 'id')::regclass), 0)) + 1"
+        ).format(t=sql.Identifier(table)),
+        (table,),
+    )
+    return cur.fetchone()[0]
+
+
+def _advance(cur: psycopg.Cursor, table: str, last_id: int) -> None:
+    """Move the id sequence to the last id written (it was below: see _next_id)."""
+    cur.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (table, last_id))
+
+
+def _finish(conn: psycopg.Connection, report: dict, started: float, progress: Progress | None) -> dict:
+    begun = time.monotonic()
+    conn.execute("ANALYZE")
+    report["analyze_seconds"] = round(time.monotonic() - begun, 3)
+    report["seconds"] = round(time.monotonic() - started, 3)
+    if progress:
+        jobs, tqs, seconds = report["jobs"], report["task_queues"], report["seconds"]
+        progress(f"wrote {jobs:,} jobs and {tqs:,} new TQs in {seconds:.1f} s")
+    return report
+
+
+def load(url: str, workload: Workload, *, progress: Progress | None = print) -> dict:
+    """Write the workload into an empty, migrated database. Returns row counts and seconds."""
+    started = time.monotonic()
+    now = datetime.now(timezone.utc)
+    with _connect(url) as conn:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(LOCK)
+            checked = not _skip_row_triggers(conn)
+            cur.execute("SELECT EXISTS (SELECT FROM task_queues) OR EXISTS (SELECT FROM jobs)")
+            if cur.fetchone()[0]:
+                raise ValueError("the database already holds task queues or jobs; load wants an empty one")
+            indices = range(len(workload.requirements))
+            tq_ids, values = _create_task_queues(cur, workload, indices, _next_id(cur, "task_queues"), now)
+            report = {"workload": workload.name, "task_queues": len(tq_ids), "values": values,
+                      "jobs": workload.total_jobs, "foreign_key_checks": checked}  # fmt: skip
+            report |= _copy_jobs(cur, workload, tq_ids, workload.jobs, _next_id(cur, "jobs"), now, progress)
+        return _finish(conn, report, started, progress)
+
+
+def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress | None = print) -> dict:
+    """Add Waiting jobs to the workload's TQs, in proportion to its sizes, until
+    `total_jobs` jobs wait. TQs drained and deleted since are created again."""
+    started = time.monotonic()
+    now = datetime.now(timezone.utc)
+    with _connect(url) as conn:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(LOCK)
+            checked = not _skip_row_triggers(conn)
+            cur.execute("SELECT count(*) FROM tq_jobs")
+            waiting = cur.fetchone()[0]
+            report = {"workload": workload.name, "waiting_before": waiting, "task_queues": 0, "values": 0,
+                      "foreign_key_checks": checked}  # fmt: skip
+            add = total_jobs - waiting
+            if add <= 0:
+                return {**report, "jobs": 0, "seconds": round(time.monotonic() - started, 3)}
+            cur.execute(
+                "SELECT requirements_hash, id FROM task_queues WHERE requirements_hash = ANY(%s)",
+                (list(workload.hashes),),
+            )
+            found = dict(cur.fetchall())
+            tq_ids = {i: found[h] for i, h in enumerate(workload.hashes) if h in found}
+            missing = [i for i, h in enumerate(workload.hashes) if h not in found]
+            if missing:
+                created, values = _create_task_queues(cur, workload, missing, _next_id(cur, "task_queues"), now)
+                tq_ids |= created
+                report |= {"task_queues": len(created), "values": values}
+            counts = apportion(workload.jobs, add)
+            report["jobs"] = add
+            report |= _copy_jobs(cur, workload, tq_ids, counts, _next_id(cur, "jobs"), now, progress)
+        return _finish(conn, report, started, progress)

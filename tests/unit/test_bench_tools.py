@@ -1,0 +1,273 @@
+"""The benchmark tools: pgbench and wrk output parsing, the Lua script's result
+line, the plots, and short real runs of wrk (and of pgbench on PostgreSQL)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import sqlalchemy as sa
+
+from bench import pilots, references
+
+# Captured from `pgbench -n -M prepared -c 4 -j 2 -T 2 -f bench/references/bare_claim.sql`.
+PGBENCH_OUTPUT = """\
+pgbench (15.20 (Debian 15.20-0+deb12u1))
+transaction type: /work/main/bench/references/bare_claim.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 4
+number of threads: 2
+maximum number of tries: 1
+duration: 2 s
+number of transactions actually processed: 2668
+number of failed transactions: 0 (0.000%)
+latency average = 2.972 ms
+initial connection time = 29.113 ms
+tps = 1345.965634 (without initial connection time)
+"""
+
+# Captured from bench/pilots.lua against fairmatch (2 threads, 4 connections, 2 s).
+WRK_OUTPUT = (
+    "Running 2s test @ http://127.0.0.1:18800\n"
+    "  2 threads and 4 connections\n"
+    "  Thread Stats   Avg      Stdev     Max   +/- Stdev\n"
+    "    Latency   109.30ms   57.92ms 357.29ms   88.75%\n"
+    "    Req/Sec    19.49      9.18    40.00     51.43%\n"
+    "  75 requests in 2.02s, 50.55KB read\n"
+    "Requests/sec:     37.14\n"
+    "Transfer/sec:     25.03KB\n"
+    '{"by_status":{"200":63,"204":12},"cdf_ms":[[0.1000,29.2730],[0.5000,29.2730],[1,'
+    "29.2730],[2,44.7810],[3,51.9580],[4,52.1170],[5,54.4210],[6,54.4210],[7,56.0060],[8,"
+    "60.4880],[9,63.4170],[10,63.6290],[11,63.6290],[12,63.7900],[13,63.9770],[14,64.5950],"
+    "[15,67.5240],[16,67.5240],[17,69.3000],[18,71.7900],[19,72.5060],[20,73.0220],[21,"
+    "73.0220],[22,73.7370],[23,74.4420],[24,74.5110],[25,76.2020],[26,76.2020],[27,77.8330],"
+    "[28,77.8870],[29,79.5120],[30,80.2060],[31,80.2060],[32,80.8000],[33,81.0750],[34,"
+    "81.3050],[35,82.4670],[36,82.4670],[37,83.0770],[38,83.2250],[39,83.5720],[40,83.9870],"
+    "[41,83.9870],[42,84.3170],[43,86.4570],[44,88.2330],[45,88.3260],[46,88.3260],[47,"
+    "94.8480],[48,95.3080],[49,95.6500],[50,96.1790],[51,96.1790],[52,98.8480],[53,98.9590],"
+    "[54,100.0280],[55,100.9200],[56,100.9200],[57,101.1150],[58,103.1220],[59,104.4800],[60,"
+    "104.6450],[61,104.6450],[62,104.8560],[63,105.1760],[64,105.6230],[65,106.4170],[66,"
+    "106.4170],[67,109.0330],[68,111.5320],[69,111.9700],[70,117.7900],[71,117.7900],[72,"
+    "118.1180],[73,121.5860],[74,121.7640],[75,122.0840],[76,122.0840],[77,122.9460],[78,"
+    "131.0430],[79,132.8920],[80,135.8350],[81,135.8350],[82,137.9320],[83,138.5360],[84,"
+    "139.9510],[85,146.0580],[86,146.0580],[87,151.3050],[88,153.7600],[89,157.1870],[90,"
+    "164.5670],[91,164.5670],[92,179.5270],[93,187.7170],[94,245.0900],[95,276.7650],[96,"
+    "276.7650],[97,291.7250],[98,299.9150],[99,357.2880],[99.1000,357.2880],[99.2000,"
+    "357.2880],[99.3000,357.2880],[99.4000,357.2880],[99.5000,357.2880],[99.6000,357.2880],"
+    "[99.7000,357.2880],[99.8000,357.2880],[99.9000,357.2880],[99.9500,357.2880],[99.9900,"
+    '357.2880]],"duration_s":2.0196,"errors":{"connect":0,"read":0,"status":0,"timeout":0,'
+    '"write":0},"latency_ms":{"max":357.2880,"mean":109.2982,"p50":96.1790,"p90":164.5670,'
+    '"p99":357.2880,"p99.9":357.2880},"requests":75,"rps":37.1367,"status":{"200":63,'
+    '"204":12,"other":0}}\n'
+)
+
+
+def test_pgbench_report_is_parsed():
+    result = references.parse_pgbench(PGBENCH_OUTPUT)
+    assert result == {
+        "clients": 4,
+        "threads": 2,
+        "transactions": 2668,
+        "failed": 0,
+        "latency_mean_ms": 2.972,
+        "tps": 1345.965634,
+    }
+
+
+def test_an_aborted_or_foreign_report_is_refused():
+    with pytest.raises(ValueError, match="not a pgbench report"):
+        references.parse_pgbench("pgbench: error: connection to server failed\n")
+
+
+def test_per_transaction_logs_give_percentiles(tmp_path):
+    # client, transaction, latency µs, script, epoch s, µs; failed ones say so instead of a latency
+    (tmp_path / "tx.123").write_text("".join(f"0 {i} {(i + 1) * 1000} 0 1732200000 {i}\n" for i in range(1000)))
+    (tmp_path / "tx.123.1").write_text("1 0 failed 0 1732200000 5\n")
+    latencies = references.log_latencies_ms(tmp_path)
+    assert len(latencies) == 1000
+    assert references.percentiles(latencies) == {
+        "p50": 500.0, "p90": 900.0, "p99": 990.0, "p99.9": 999.0, "max": 1000.0,
+    }  # fmt: skip
+    assert references.percentiles([]) == {}
+
+
+def test_sqlalchemy_urls_become_libpq_urls():
+    assert references.libpq_url("postgresql+psycopg://u@h:5432/db") == "postgresql://u@h:5432/db"
+    assert references.libpq_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_pilot_rows_take_dirac_keys_lists_and_any():
+    rows = references.pilot_rows([
+        {"Site": "LCG.A.xx", "CPUTime": 86400, "Platform": "x86_64-el9", "JobType": ["User", "MCSimulation"]},
+        {"site": "LCG.B.xx", "cpu_time": 3600, "platform": ["ANY"]},
+    ])  # fmt: skip
+    assert rows == [
+        (1, "LCG.A.xx", 86400, ["x86_64-el9"], ["User", "MCSimulation"]),
+        (2, "LCG.B.xx", 3600, None, None),
+    ]
+
+
+def test_the_lua_result_line_is_parsed():
+    result = pilots.parse_output(WRK_OUTPUT)
+    assert result["requests"] == 75
+    assert result["status"] == {"200": 63, "204": 12, "other": 0}
+    assert sum(result["status"].values()) == result["requests"]
+    assert result["by_status"] == {"200": 63, "204": 12}
+    assert result["matches_per_s"] == pytest.approx(63 / 2.0196)
+    assert set(result["latency_ms"]) == {"mean", "p50", "p90", "p99", "p99.9", "max"}
+    cdf = result["cdf_ms"]
+    assert len(cdf) >= 100 and cdf[0][0] == 0.1 and cdf[-1][0] == 99.99
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(cdf))
+
+
+def test_output_without_a_result_line_is_refused():
+    with pytest.raises(ValueError, match="no JSON result line"):
+        pilots.parse_output("unable to connect to 127.0.0.1:1 Connection refused\n")
+
+
+def test_wrk_command(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    command = pilots.wrk_command("http://h:8000", tmp_path / "r.jsonl", connections=2, seconds=5, threads=4, rate=1000)
+    assert command[1:5] == ["-t2", "-c2", "-d5s", "--timeout=10s"]
+    assert command[7] == "http://h:8000"
+    assert command[-4:] == ["/api/v1/match", str(tmp_path / "r.jsonl"), "2", "2.000"]
+    command = pilots.wrk_command("http://h:8000/api/v1/match", tmp_path / "r.jsonl", 9, 1, threads=2)
+    assert command[1:3] == ["-t1", "-c9"] and command[-4] == "/api/v1/match" and command[-1] == "0.000"
+
+
+def test_a_missing_wrk_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="apt-get install wrk"):
+        pilots.run_pilots("http://127.0.0.1:1", tmp_path / "r.jsonl", 1, 1)
+
+
+def test_plot_writes_three_figures(tmp_path):
+    pytest.importorskip("matplotlib")  # the bench extra
+    from bench.plot import plot
+
+    def run(connections, scale):
+        cdf = [[p, scale * (1 + p / 10)] for p in (0.1, 1, 50, 90, 99, 99.9, 99.99)]
+        return {"matches_per_s": 100.0 * scale, "rps": 110.0 * scale, "cdf_ms": cdf,
+                "latency_ms": {"p99": scale * 11}, "connections": connections}  # fmt: skip
+
+    results = {
+        "machine": {"cpus": 2},
+        "lhcb": {
+            "connections": {"1": run(1, 1), "8": run(8, 3), "64": run(64, 4)},
+            "bare_claim": {"claims_per_s": 5000.0, "tps": 5000.0, "clients": 16},
+            "legacy": {"matches_per_s": 420.0, "clients": 8},
+        },
+        "scaling": [{"waiting_jobs": n, "matches_per_s": 300.0, "p99_ms": 20.0} for n in (1_000_000, 10_000_000)],
+    }
+    written = plot(results, tmp_path / "figures")
+    names = {path.name for path in written}
+    assert names == {"throughput_vs_connections.png", "latency_cdf.png", "throughput_vs_waiting_jobs.png"}
+    for path in written:
+        assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 1000
+
+
+class _StatusServer(ThreadingHTTPServer):
+    """Answers by the body's Site: A → 200, B → 204, anything else → 503; counts what it sent."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _StatusHandler)
+        self.sent: Counter[int] = Counter()
+        self.lock = threading.Lock()
+
+    def handle_error(self, request, client_address):
+        pass  # wrk drops its connections at the end of the run
+
+
+class _StatusHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+    disable_nagle_algorithm = True
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status = {"A": 200, "B": 204}.get(body["Site"], 503)
+        answer = b'{"job_id": 1}' if status == 200 else b""
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+        with self.server.lock:
+            self.server.sent[status] += 1
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_wrk_counts_statuses_across_threads(tmp_path):
+    resources = tmp_path / "resources.jsonl"
+    pilots.write_resources([{"Site": s, "CPUTime": 3600} for s in ("A", "B", "C")], resources)
+    server = _StatusServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = pilots.run_pilots(f"http://127.0.0.1:{server.server_address[1]}", resources, 4, 1, threads=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    counts = result["status"]
+    assert counts["200"] > 0 and counts["204"] > 0 and counts["other"] > 0
+    assert sum(counts.values()) == result["requests"]
+    assert result["errors"]["status"] == counts["other"] == result["by_status"]["503"]
+    assert result["errors"]["connect"] == 0
+    # the server may have answered a request or so per connection that wrk stopped waiting for
+    for key, status in (("200", 200), ("204", 204), ("other", 503)):
+        assert 0 <= server.sent[status] - counts[key] <= 4
+    assert (result["connections"], result["threads"], result["offered_rps"]) == (4, 2, None)
+
+
+def _seed(db, jobs: int) -> None:
+    """One task queue at LCG.A.xx for x86_64-el9 with `jobs` waiting jobs."""
+    engine = db.engine()
+    with engine.begin() as conn:
+        tq = conn.execute(sa.text(
+            "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class,"
+            " priority, created_at) VALUES ('h', 'u', 'g', 'vo', 3600, 0, 1.0, now()) RETURNING id"
+        )).scalar_one()  # fmt: skip
+        conn.execute(sa.text("INSERT INTO tq_sites VALUES (:tq, 'LCG.A.xx')"), {"tq": tq})
+        conn.execute(sa.text("INSERT INTO tq_platforms VALUES (:tq, 'x86_64-el9')"), {"tq": tq})
+        conn.execute(sa.text(
+            "INSERT INTO jobs (status, owner, owner_group, vo, cpu_time, requirements, user_priority,"
+            " priority_class, task_queue_id, submitted_at)"
+            " SELECT 'Waiting', 'u', 'g', 'vo', 3600, '{}', 1, 0, :tq, now() FROM generate_series(1, :n)"
+        ), {"tq": tq, "n": jobs})  # fmt: skip
+        conn.execute(sa.text("INSERT INTO tq_jobs SELECT id, :tq, 1, 1.0 FROM jobs"), {"tq": tq})
+    engine.dispose()
+
+
+@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
+def test_references_run_on_postgresql(clean):
+    if clean.backend != "postgresql":
+        pytest.skip("pgbench needs PostgreSQL")
+    _seed(clean, jobs=40)
+    legacy = references.legacy_dirac(clean.url, clients=8, seconds=1, pilots=[
+        {"Site": "LCG.A.xx", "CPUTime": 7200, "Platform": "x86_64-el9"},
+        {"Site": "LCG.B.xx", "CPUTime": 7200, "Platform": "x86_64-el9"},  # site not listed
+        {"Site": "LCG.A.xx", "CPUTime": 600, "Platform": "x86_64-el9"},  # too short
+    ])  # fmt: skip
+    engine = clean.engine()
+    with engine.connect() as conn:
+        matched = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE status = 'Matched'")).scalar_one()
+        left = conn.execute(sa.text("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_%'")).scalar_one()
+    engine.dispose()
+    assert legacy["matched"] == matched == 40 - legacy["waiting_after"]
+    assert legacy["transactions"] == (
+        legacy["matched"] + legacy["delete_found_nothing"] + legacy["queue_emptied"] + legacy["no_match"]
+    )
+    assert legacy["no_match"] > 0 and legacy["tps"] > 0 and left == 0
+
+    bare = references.bare_claim(clean.url, rows=50_000, clients=2, seconds=1)
+    assert bare["transactions"] == bare["rows"] - bare["remaining_rows"] > 0
+    assert not bare["ran_dry"] and bare["latency_ms"]["p50"] > 0
