@@ -140,11 +140,8 @@ async def _match(
                 rng=rng,
                 guard=guard,
             )
-        except IntegrityError:
-            # the same request_id was claimed concurrently: answer with that job
-            if resource.request_id is None:
-                raise
-            return await _previous_match(conn, requester, resource.request_id), "replayed"
+        except IntegrityError as exc:
+            return await _replayed(conn, resource, requester, exc)
         if isinstance(claimed, Refused):
             for rule in {reason["rule"] for reason in claimed.reasons}:
                 SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
@@ -183,11 +180,8 @@ async def _match_in_one_statement(
                 now=now,
                 lease_until=lease_until(now, settings),
             )
-        except IntegrityError:
-            # the same request_id was claimed concurrently: answer with that job
-            if resource.request_id is None:
-                raise
-            return await _previous_match(conn, requester, resource.request_id), "replayed"
+        except IntegrityError as exc:
+            return await _replayed(conn, resource, requester, exc)
         if outcome.site_limited:
             return None
         if outcome.tq_id is None:
@@ -204,6 +198,15 @@ async def _match_in_one_statement(
         _log_decision(resource, outcome.tq_id, outcome.job.id)
         return _answer(outcome.job, outcome.tq_id), "matched"
     return None, "no_match"
+
+
+async def _replayed(
+    conn: AsyncConnection, resource: ResourceDescription, requester: str, exc: IntegrityError
+) -> tuple[dict[str, Any] | None, str]:
+    """The same request_id was claimed concurrently: answer with that job."""
+    if resource.request_id is None:
+        raise exc
+    return await _previous_match(conn, requester, resource.request_id), "replayed"
 
 
 async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | None:
