@@ -28,6 +28,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    literal_column,
     true,
     type_coerce,
 )
@@ -36,7 +37,9 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from app.db.tables import groups, task_queues, tq_jobs, tq_values
 from app.matching.resource import ResourceQuery
 
-tq = task_queues
+# short aliases keep the statements' text short (psycopg caches the parsing of short ones)
+tq = task_queues.alias("tq")
+waiting = tq_jobs.alias("w")
 
 ANY_VALUE, NO_VALUE, SOME_VALUES = "any", "none", "some"
 
@@ -122,6 +125,10 @@ def _accepts(field: str, state: str, postgresql: bool) -> ColumnElement[bool]:
     return or_(not_(_has_values(field)), _has_one_of(field, f"{field}_values", postgresql))
 
 
+def _empty(field: str) -> ColumnElement[bool]:
+    return func.cardinality(_array(field)) == literal_column("0")
+
+
 def _array(field: str) -> ColumnElement:
     return type_coerce(tq.c[field], ARRAY(String))
 
@@ -135,13 +142,13 @@ def _array_conditions(shape: Shape) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
     for field, state in shape.fields:
         if state == NO_VALUE:
-            where.append(func.cardinality(_array(field)) == 0)
+            where.append(_empty(field))
         elif state == SOME_VALUES:
-            where.append(or_(func.cardinality(_array(field)) == 0, _array(field).overlap(_bound_array(f"{field}_values"))))
+            where.append(or_(_empty(field), _array(field).overlap(_bound_array(f"{field}_values"))))
     if shape.site:
         where.append(not_(bindparam("site", type_=String) == func.any(_array("banned_sites"))))
     if shape.tags == NO_VALUE:
-        where.append(func.cardinality(_array("tags")) == 0)
+        where.append(_empty("tags"))
     elif shape.tags == SOME_VALUES:
         where.append(_array("tags").contained_by(_bound_array("tags")))
     if shape.required_tags:
@@ -173,7 +180,7 @@ def _value_table_conditions(shape: Shape) -> list[ColumnElement[bool]]:
 def conditions(shape: Shape, postgresql: bool) -> tuple[ColumnElement[bool], ...]:
     # "has a waiting job" as a LIMIT 1 probe per TQ: as a plain EXISTS, PostgreSQL
     # plans a semi-join that reads every waiting job (cost growing with the queue)
-    one_waiting = select(tq_jobs.c.tq_id).where(tq_jobs.c.tq_id == tq.c.id).limit(1).scalar_subquery()
+    one_waiting = select(waiting.c.tq_id).where(waiting.c.tq_id == tq.c.id).limit(1).scalar_subquery()
     where: list[ColumnElement[bool]] = [
         tq.c.cpu_time <= bindparam("cpu_time", type_=BigInteger),
         one_waiting.is_not(None),
@@ -192,7 +199,7 @@ def conditions(shape: Shape, postgresql: bool) -> tuple[ColumnElement[bool], ...
     if shape.banned_owners:
         where.append(not_(one_of(tq.c.owner, "banned_owners", postgresql)))
     if shape.job_id:
-        where.append(exists().where(tq_jobs.c.tq_id == tq.c.id, tq_jobs.c.job_id == bindparam("job_id")))
+        where.append(exists().where(waiting.c.tq_id == tq.c.id, waiting.c.job_id == bindparam("job_id")))
     return tuple(where)
 
 

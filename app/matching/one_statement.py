@@ -44,6 +44,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     not_,
     select,
     true,
@@ -54,14 +55,14 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.tables import job_events, jobs, match_requests, site_limits, task_queues, tq_jobs
+from app.db.tables import job_events, jobs, match_requests, site_limits, tq_jobs
 from app.jobs.lifecycle import JobStatus
-from app.matching.eligibility import Shape, conditions, one_of, parameters, shape_of
+from app.matching.eligibility import Shape, conditions, one_of, parameters, shape_of, tq
 from app.matching.resource import ResourceQuery
 from app.settings import Lottery, MatchingSettings
 
-tq = task_queues
 _DIALECT = PGDialect_psycopg()
+j = tq_jobs.alias("j")  # short names: see eligibility
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +75,19 @@ class Outcome:
 
 def _lottery_order(weight: ColumnElement, multiplicity: ColumnElement | None, mode: Lottery) -> list:
     """ORDER BY terms whose first row is `lottery.draw`'s winner."""
-    n = cast(multiplicity, Float) if multiplicity is not None else literal(1.0)
-    non_positive_last = case((weight > 0, 0), else_=1)
+    # constants written into the text, not bound: the statement stays short
+    zero, one = literal_column("0"), literal_column("1")
+    positive = weight > literal_column("0")
+    non_positive_last = case((positive, zero), else_=one)
     if mode is Lottery.highest:
         return [non_positive_last, weight.desc(), func.random()]
-    u = 1 - func.random()  # in (0, 1]
+    u = literal_column("1.0") - func.random()  # in (0, 1]
     if mode is Lottery.exact:
-        key = -func.ln(u) / (weight * n)
+        key = -func.ln(u) / (weight if multiplicity is None else weight * cast(multiplicity, Float))
     else:
-        key = (1 - func.power(u, 1.0 / n)) / weight
-    return [non_positive_last, case((weight > 0, key), else_=func.random())]
+        n = literal_column("1.0") if multiplicity is None else cast(multiplicity, Float)
+        key = (literal_column("1.0") - func.power(u, literal_column("1.0") / n)) / weight
+    return [non_positive_last, case((positive, key), else_=func.random())]
 
 
 @lru_cache(maxsize=512)
@@ -113,22 +117,25 @@ def compiled(shape: Shape, lottery: Lottery, prefer_longest_cpu: bool, passing_o
         .cte("chosen")
         .prefix_with("MATERIALIZED")
     )
-    in_chosen = tq_jobs.c.tq_id == select(chosen.c.tq_id).scalar_subquery()
-    lowest = select(func.min(tq_jobs.c.real_priority)).where(in_chosen).scalar_subquery()
-    highest = select(func.max(tq_jobs.c.real_priority)).where(in_chosen).scalar_subquery()
+    in_chosen = j.c.tq_id == select(chosen.c.tq_id).scalar_subquery()
+    bounds = select(
+        func.min(j.c.real_priority).label("lowest"), func.max(j.c.real_priority).label("highest")
+    ).where(in_chosen).cte("bounds")
     drawn = (
-        select(tq_jobs.c.real_priority)
+        select(j.c.real_priority)
         .where(in_chosen)
-        .group_by(tq_jobs.c.real_priority)
-        .order_by(*_lottery_order(tq_jobs.c.real_priority, func.count(), lottery))
+        .group_by(j.c.real_priority)
+        .order_by(*_lottery_order(j.c.real_priority, func.count(), lottery))
         .limit(1)
         .scalar_subquery()
     )
-    level = select(case((lowest == highest, lowest), else_=drawn).label("level")).cte("level")
+    level = select(
+        case((bounds.c.lowest == bounds.c.highest, bounds.c.lowest), else_=drawn).label("level")
+    ).cte("level")
     window = (
-        select(tq_jobs.c.job_id)
-        .where(in_chosen, tq_jobs.c.real_priority == select(level.c.level).scalar_subquery())
-        .order_by(tq_jobs.c.job_id)
+        select(j.c.job_id)
+        .where(in_chosen, j.c.real_priority == select(level.c.level).scalar_subquery())
+        .order_by(j.c.job_id)
         .limit(bindparam("candidates", type_=Integer))
     )
     picked_row = tq_jobs.alias("t")
@@ -183,7 +190,7 @@ def compiled(shape: Shape, lottery: Lottery, prefer_longest_cpu: bool, passing_o
         before.label("jobs_before"),
     ).cte("flags")
     answer = (
-        select(flags, *[c.label(f"job_{c.name}") for c in matched.c])
+        select(flags, literal_column("matched.*"))  # the job's columns under their own names
         .select_from(flags.outerjoin(matched, true()))
         .add_cte(event)
     )
@@ -231,9 +238,7 @@ class _Row:
 
 
 def _job_of(row: Any) -> Any | None:
-    if row.job_id is None:
-        return None
-    return _Row({c.name: getattr(row, f"job_{c.name}") for c in jobs.c})
+    return None if row.id is None else row
 
 
 async def match_once(
