@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import read_transaction
 from app.db.tables import groups, jobs, priority_runs, task_queues, tq_jobs
 from app.jobs.lifecycle import HOLDING_A_SLOT
+from app.priority.groups import DEFAULT_JOB_SHARE
 
 log = logging.getLogger("fairmatch.metrics")
 
@@ -75,8 +76,8 @@ async def read_snapshot(engine: AsyncEngine) -> Snapshot:
 
 def target_shares(job_shares: dict[str, float], active: set[str]) -> dict[str, float]:
     """Each active group's configured share over the sum of the active groups'
-    (a group unknown to the groups table has DIRAC's default share, 1000)."""
-    configured = {g: float(job_shares.get(g, 1000.0)) for g in active}
+    (a group unknown to the groups table has the default share)."""
+    configured = {g: float(job_shares.get(g, DEFAULT_JOB_SHARE)) for g in active}
     total = sum(configured.values())
     return {g: (s / total if total else 0.0) for g, s in configured.items()}
 

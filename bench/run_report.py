@@ -38,7 +38,7 @@ def _lhcb(results: dict) -> list[str]:
              f" `--workers {lhcb['workers']}`", ""]  # fmt: skip
     rows = []
     for c, run in sorted(fm.items(), key=lambda kv: int(kv[0])):
-        rows.append([f"fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
+        rows.append(["fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
                      _n(_p(run, "p99"), 2), f"{run['status']['200']:,}", f"{run['status']['204']:,}",
                      str(errors(run)), "—"])  # fmt: skip
     for c, run in sorted(lhcb.get("bare_claims", {}).items(), key=lambda kv: int(kv[0])):

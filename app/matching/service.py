@@ -19,7 +19,7 @@ from app.jobs.store import job_dict, lease_until
 from app.limits import store as limit_store
 from app.limits.rules import SiteLimits, with_banned
 from app.matching.choice import Candidate, chances, choose
-from app.matching.claim import ClaimTarget, Refused, claim, level_weights
+from app.matching.claim import ClaimTarget, Guard, Refused, claim, level_weights
 from app.matching.eligibility import eligible_task_queues
 from app.matching import one_statement
 from app.matching.lottery import draw
@@ -100,11 +100,7 @@ async def _match(
     guard = None
     if limits is not None:
         query = _restricted(query, limits)
-        site = query.site
-
-        async def guard(c: AsyncConnection, job: Any) -> list[dict[str, Any]]:
-            return await limit_store.admit(c, limits, site, job, utcnow())
-
+        guard = _limit_guard(limits, query.site)
     options = settings.matching
     passed_over: set[int] = set()  # TQs found empty, or refused by a limit, during this request
     for attempt in range(options.claim_attempts):
@@ -207,6 +203,15 @@ async def _replayed(
     if resource.request_id is None:
         raise exc
     return await _previous_match(conn, requester, resource.request_id), "replayed"
+
+
+def _limit_guard(limits: SiteLimits, site: str) -> Guard:
+    """The claim's check of a job against the site's limits, in the claim's transaction."""
+
+    async def admit(conn: AsyncConnection, job: Any) -> list[dict[str, Any]]:
+        return await limit_store.admit(conn, limits, site, job, utcnow())
+
+    return admit
 
 
 async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | None:
