@@ -10,11 +10,13 @@ The contract (every part optional; a figure whose data is missing is not drawn):
         },                                    # uses matches_per_s (else rps) and cdf_ms
         "bare_claim": bare_claim(...),        # uses claims_per_s (else tps) and clients
         "legacy": legacy_dirac(...),          # uses matches_per_s and clients
+        "lean": run_pilots(...),              # the lean claim service: matches_per_s and connections
       },
       "scaling": [                            # one run per queue size, 1M … 10M waiting jobs
         {"waiting_jobs": 1000000, "matches_per_s": 812.0, "p99_ms": 21.5, "connections": 8},
         ...                                   # a whole run_pilots() result plus waiting_jobs works too
       ],
+      "diracx": {"runs": {"64": [...], "8": [...]}},  # like scaling, per connection count; the first is drawn
     }
 
 Writes throughput_vs_connections.png, latency_cdf.png and
@@ -63,6 +65,10 @@ def throughput_vs_connections(lhcb: dict, path: Path) -> Path:
         legacy = lhcb["legacy"]
         references.append((legacy["matches_per_s"], "tab:red",
                            f"DIRAC matchAndGetJob SQL (pgbench, {legacy.get('clients', '?')} clients)"))  # fmt: skip
+    if "lean" in lhcb:
+        lean = lhcb["lean"]
+        references.append((lean["matches_per_s"], "tab:purple",
+                           f"lean claim service (wrk, {lean.get('connections', '?')} connections)"))  # fmt: skip
     for value, colour, label in references:
         ax.axhline(value, color=colour, linestyle="--", label=f"{label}: {value:.0f}/s")
     values = [v for v in rates + [r[0] for r in references] if v > 0]
@@ -93,25 +99,33 @@ def latency_cdf(lhcb: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def throughput_vs_waiting_jobs(scaling: list[dict], path: Path) -> Path:
-    runs = sorted(scaling, key=lambda run: run["waiting_jobs"])
-    sizes = [run["waiting_jobs"] for run in runs]
+def throughput_vs_waiting_jobs(scaling: list[dict], path: Path, diracx: list[dict] | None = None) -> Path:
+    """matches/s (and p99) by queue size: the LHCb workload scaled and, when
+    given, the DiracX target (dashed)."""
+    series = [(label, sorted(runs, key=lambda run: run["waiting_jobs"]), style)
+              for label, runs, style in (("LHCb scaled", scaling, "-"), ("DiracX target", diracx or [], "--"))
+              if runs]  # fmt: skip
+    sizes = sorted({run["waiting_jobs"] for _, runs, _ in series for run in runs})
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, [_matches_per_s(run) for run in runs], "o-", color="tab:blue", label="matches / s")
+    right = None
+    for label, runs, style in series:
+        x = [run["waiting_jobs"] for run in runs]
+        ax.plot(x, [_matches_per_s(run) for run in runs], "o" + style, color="tab:blue", label=f"{label}: matches / s")
+        p99 = [_p99_ms(run) for run in runs]
+        if all(v is not None for v in p99):
+            right = right or ax.twinx()
+            right.plot(x, p99, "s" + style, color="tab:orange", label=f"{label}: p99 latency")
     ax.set_xscale("log")
     ax.set_xticks(sizes, [f"{n / 1e6:g}M" for n in sizes])
     ax.minorticks_off()
     ax.set_xlabel("waiting jobs")
     ax.set_ylabel("matches / s")
     ax.set_ylim(bottom=0)
-    p99 = [_p99_ms(run) for run in runs]
-    if all(v is not None for v in p99):
-        right = ax.twinx()
-        right.plot(sizes, p99, "s--", color="tab:orange", label="p99 latency")
+    if right is not None:
         right.set_ylabel("p99 latency (ms)")
         right.set_ylim(bottom=0)
-        right.legend(loc="lower right")
-    ax.legend(loc="lower left")
+        right.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
     ax.set_title("Throughput by queue size")
     return _save(fig, path)
 
@@ -125,6 +139,8 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
     if lhcb.get("connections"):
         written.append(throughput_vs_connections(lhcb, out_dir / "throughput_vs_connections.png"))
         written.append(latency_cdf(lhcb, out_dir / "latency_cdf.png"))
-    if results.get("scaling"):
-        written.append(throughput_vs_waiting_jobs(results["scaling"], out_dir / "throughput_vs_waiting_jobs.png"))
+    diracx = next(iter(results.get("diracx", {}).get("runs", {}).values()), [])
+    if results.get("scaling") or diracx:
+        path = out_dir / "throughput_vs_waiting_jobs.png"
+        written.append(throughput_vs_waiting_jobs(results.get("scaling", []), path, diracx))
     return written

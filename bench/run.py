@@ -1,6 +1,6 @@
 """The whole benchmark: workloads, pilots over real HTTP, references, figures.
 
-    python -m bench.run [--quick] [--workers 2] [--seconds 20] [--only lhcb,scaling,submit,recompute,soak]
+    python -m bench.run [--quick] [--workers 2] [--seconds 20] [--only lhcb,diracx,scaling,submit,recompute,soak]
                         [--max-jobs 10000000] [--soak-seconds 300] [--keep-db]
 
 Each section recreates the database `fairmatch_bench` and loads what it
@@ -24,13 +24,14 @@ from pathlib import Path
 
 from bench import run_env
 from bench.run_admin import recompute_section, submit_section
-from bench.run_match import lhcb_section, scaling_section, soak_section
+from bench.run_match import diracx_section, lhcb_section, scaling_section, soak_section
 from bench.run_plan import DATABASE, Bench, Plan
 from bench.run_report import markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECTIONS = {
     "lhcb": lhcb_section,
+    "diracx": diracx_section,
     "scaling": scaling_section,
     "submit": submit_section,
     "recompute": recompute_section,
@@ -53,7 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="fairmatch serve --workers (default 2)")
     parser.add_argument("--seconds", type=int, help="each wrk and pgbench run (default 20, quick 3)")
     parser.add_argument("--only", type=_sections, default=list(SECTIONS), help="comma-separated sections")
-    parser.add_argument("--max-jobs", type=int, default=10_000_000, help="largest queue (scaling, recompute)")
+    parser.add_argument("--max-jobs", type=int, default=10_000_000,
+                        help="largest queue (diracx, scaling, recompute)")  # fmt: skip
     parser.add_argument("--soak-seconds", type=int, help="soak duration (default 300, quick 20)")
     parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
     parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),
@@ -77,15 +79,19 @@ def _store(results: dict, name: str, section: dict) -> None:
 
 
 def _server_logs(out_dir: Path) -> dict:
-    """Warnings and errors the servers logged (JSON lines), per log file."""
+    """Warnings and errors the servers logged, per log file: fairmatch's JSON
+    lines (server-*.log) by level, the lean service's uvicorn lines (lean-*.log)
+    by their `WARNING:`/`ERROR:` prefix."""
     counts = {}
-    for log in sorted(out_dir.glob("server-*.log")):
+    for log in sorted([*out_dir.glob("server-*.log"), *out_dir.glob("lean-*.log")]):
         levels = Counter()
         for line in log.read_text(errors="replace").splitlines():
             try:
                 levels[json.loads(line).get("level", "?")] += 1
             except (ValueError, AttributeError):
-                pass
+                prefix = line.split(":", 1)[0].strip().lower()
+                if prefix in ("warning", "error", "critical"):
+                    levels[prefix] += 1
         found = {level: levels[level] for level in ("warning", "error", "critical") if levels[level]}
         if found:
             counts[log.name] = found

@@ -15,18 +15,25 @@ import httpx
 from bench import run_env
 from bench.run_match import describe
 from bench.run_plan import Bench
-from bench.workloads import diracx, lhcb
+from bench.workloads import Workload, diracx, lhcb
 
 # what a job carries besides its requirements; DIRAC keeps the JDL there
 PAYLOAD = {"executable": "dirac-jobexec", "arguments": "jobDescription.xml -o LogLevel=INFO"}
 DISTINCT_BODIES = 4  # request bodies encoded up front and sent in turn
 
 
-def _bodies(specs: list[dict], weights: list[int], batch: int, seed: int) -> list[bytes]:
-    """Batches of LHCb-like jobs: each TQ's spec drawn as often as it holds jobs."""
+def _bodies(workload: Workload, batch: int, seed: int) -> list[bytes]:
+    """Batches of jobs like the workload's: each TQ's spec drawn as often as it
+    holds jobs, its user priority drawn from the workload's mix."""
     rng = random.Random(f"submit:{seed}")
+    specs, weights = list(workload.specs), list(workload.jobs)
+    levels, shares = zip(*workload.user_priorities)
+
+    def job(spec: dict) -> dict:
+        return {**spec, "user_priority": rng.choices(levels, shares)[0], "payload": PAYLOAD}
+
     return [
-        json.dumps({"jobs": [{**spec, "payload": PAYLOAD} for spec in rng.choices(specs, weights, k=batch)]},
+        json.dumps({"jobs": [job(spec) for spec in rng.choices(specs, weights, k=batch)]},
                    separators=(",", ":")).encode()  # fmt: skip
         for _ in range(DISTINCT_BODIES)
     ]
@@ -76,7 +83,7 @@ def submit_section(b: Bench) -> dict:
     b.fresh_database()
     b.load(workload)
     server = b.start_server()
-    bodies = _bodies(list(workload.specs), list(workload.jobs), plan.submit_batch, plan.seed)
+    bodies = _bodies(workload, plan.submit_batch, plan.seed)
     out = {"workload": describe(workload, scale=plan.lhcb_scale), "body_mib": round(len(bodies[0]) / 2**20, 1),
            "runs": {}}  # fmt: skip
     for clients in plan.submit_clients:

@@ -23,6 +23,8 @@ from app.db import migrate
 from app.db.engine import APPLICATION_NAME
 
 REPO = Path(__file__).resolve().parent.parent
+# the lean claim service's database sessions (bench/references/lean_claim.py names them so)
+LEAN_APPLICATION_NAME = "fairmatch-bench-lean"
 # the tables that matching writes to, sampled for dead tuples and vacuumed between runs
 HOT_TABLES = ("tq_jobs", "jobs", "job_events", "task_queues")
 PG_SETTINGS = ("shared_buffers", "work_mem", "effective_cache_size", "max_connections", "synchronous_commit",
@@ -73,11 +75,12 @@ def vacuum(url: str) -> None:
         conn.execute(f"VACUUM (ANALYZE) {', '.join(HOT_TABLES)}")
 
 
-def wait_idle(url: str, seconds: float = 120) -> bool:
-    """Wait until no fairmatch session of this database is busy. A wrk run
-    ends with requests still in flight, which the server finishes after wrk
-    has gone: a top-up must not meet them (its table locks would deadlock
-    with their claims). True when idle, False when the time ran out."""
+def wait_idle(url: str, seconds: float = 120, application_name: str = APPLICATION_NAME) -> bool:
+    """Wait until no session of the service under test (`application_name`)
+    on this database is busy. A wrk run ends with requests still in flight,
+    which the server finishes after wrk has gone: a top-up must not meet them
+    (its table locks would deadlock with their claims). True when idle, False
+    when the time ran out."""
     deadline = time.monotonic() + seconds
     quiet = 0
     while time.monotonic() < deadline:
@@ -85,7 +88,7 @@ def wait_idle(url: str, seconds: float = 120) -> bool:
             url,
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
             " AND application_name = %s AND state <> 'idle'",
-            (APPLICATION_NAME,),
+            (application_name,),
         )[0][0]
         # idle twice in a row: a request may sit between two transactions
         quiet = quiet + 1 if busy == 0 else 0
@@ -110,30 +113,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """`fairmatch serve --workers N` on a free loopback port, as a subprocess."""
+class Service:
+    """An HTTP service under test: a subprocess on a free loopback port, ready
+    once GET /readyz answers 200, stopped with SIGTERM. `application_name` names
+    its database sessions (see wait_idle)."""
 
-    def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path):
-        self.port = free_port()
-        self.root = f"http://127.0.0.1:{self.port}"
-        config = work_dir / "empty.toml"
-        config.write_text("# every setting is a default or comes from the environment\n")
-        env = {
-            **os.environ,
-            "FAIRMATCH_DATABASE_URL": url,
-            "FAIRMATCH_CONFIG": str(config),
-            "FAIRMATCH_SERVER__ACCESS_LOG": "false",
-            "FAIRMATCH_SERVER__LOG_LEVEL": "warning",
-        }
-        self.log_path = log_dir / f"server-{self.port}.log"
-        command = [str(Path(sys.executable).with_name("fairmatch")), "serve", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--workers", str(workers)]  # fmt: skip
+    application_name = APPLICATION_NAME
+    name = "service"
+
+    def __init__(self, command: list[str], env: dict[str, str], log_dir: Path):
+        self.log_path = log_dir / f"{self.name}-{self.port}.log"
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         if not self._ready(60):
             self.stop()
             tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"fairmatch serve not ready (exit {self.process.returncode}):\n{tail}")
+            raise RuntimeError(f"{self.name} not ready (exit {self.process.returncode}):\n{tail}")
 
     @property
     def api(self) -> str:
@@ -150,14 +145,6 @@ class Server:
             time.sleep(0.2)
         return False
 
-    def recompute(self) -> tuple[float, dict]:
-        """POST /priorities/recompute; (seconds as the client saw them, the answer)."""
-        started = time.perf_counter()
-        r = httpx.post(f"{self.api}/priorities/recompute", timeout=600)
-        seconds = time.perf_counter() - started
-        r.raise_for_status()
-        return seconds, r.json()
-
     def stop(self) -> None:
         """SIGTERM (graceful), then SIGKILL if it lingers."""
         if self.process.poll() is None:
@@ -167,6 +154,52 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class Server(Service):
+    """`fairmatch serve --workers N` (its server log: server-<port>.log)."""
+
+    name = "server"
+
+    def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path):
+        self.port = free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        config = work_dir / "empty.toml"
+        config.write_text("# every setting is a default or comes from the environment\n")
+        env = {
+            **os.environ,
+            "FAIRMATCH_DATABASE_URL": url,
+            "FAIRMATCH_CONFIG": str(config),
+            "FAIRMATCH_SERVER__ACCESS_LOG": "false",
+            "FAIRMATCH_SERVER__LOG_LEVEL": "warning",
+        }
+        command = [str(Path(sys.executable).with_name("fairmatch")), "serve", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--workers", str(workers)]  # fmt: skip
+        super().__init__(command, env, log_dir)
+
+    def recompute(self) -> tuple[float, dict]:
+        """POST /priorities/recompute; (seconds as the client saw them, the answer)."""
+        started = time.perf_counter()
+        r = httpx.post(f"{self.api}/priorities/recompute", timeout=600)
+        seconds = time.perf_counter() - started
+        r.raise_for_status()
+        return seconds, r.json()
+
+
+class LeanServer(Service):
+    """The lean claim service, bench/references/lean_claim.py (log: lean-<port>.log)."""
+
+    name = "lean"
+    application_name = LEAN_APPLICATION_NAME
+    script = REPO / "bench" / "references" / "lean_claim.py"
+
+    def __init__(self, url: str, workers: int, log_dir: Path, pool: int = 10):
+        self.port = free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.workers, self.pool = workers, pool
+        command = [sys.executable, str(self.script), "--url", url, "--port", str(self.port),
+                   "--workers", str(workers), "--pool", str(pool)]  # fmt: skip
+        super().__init__(command, dict(os.environ), log_dir)
 
 
 def _first_line(command: list[str]) -> str | None:

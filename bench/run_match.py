@@ -1,5 +1,7 @@
-"""The matching sections: LHCb 1:1 against the references, throughput against
-queue size, and the soak at a fixed offered rate."""
+"""The matching sections: LHCb 1:1 against the references (the bare claim and
+DIRAC's SQL with pgbench, the lean claim service with wrk), throughput against
+queue size (LHCb scaled, and the DiracX target at 1M and 10M), and the soak
+at a fixed offered rate."""
 
 from __future__ import annotations
 
@@ -10,14 +12,15 @@ from bench import run_env
 from bench.pilots import run_pilots
 from bench.references import bare_claim, legacy_dirac
 from bench.run_plan import Bench
-from bench.workloads import Workload, lhcb
+from bench.workloads import Workload, diracx, lhcb
 
 LHCB_JOBS = 871_973  # the snapshot's published total, for scaling to a wanted size
 
 
 def describe(workload: Workload, **extra) -> dict:
     return {"name": workload.name, "seed": workload.seed, "task_queues": len(workload.specs),
-            "jobs": workload.total_jobs, **extra}  # fmt: skip
+            "jobs": workload.total_jobs, "user_priorities": [list(m) for m in workload.user_priorities],
+            **extra}  # fmt: skip
 
 
 def errors(run: dict) -> int:
@@ -32,8 +35,37 @@ def _summary(run: dict) -> str:
             f" p99 {lat['p99']:.1f} ms, 204: {run['status']['204']:,}, errors: {errors(run)}")  # fmt: skip
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def lean_comparison(fairmatch: dict, lean: dict) -> dict:
+    """fairmatch as a fraction of the lean claim service: throughput at 64
+    connections (fairmatch ÷ lean), p99 at 8 (fairmatch ÷ lean: how many times
+    longer fairmatch's tail is), errors of each over the runs compared."""
+    fm64, lean64 = fairmatch.get("64", {}), lean.get("64", {})
+    fm8, lean8 = fairmatch.get("8", {}), lean.get("8", {})
+
+    def p99(run: dict) -> float | None:
+        return run.get("latency_ms", {}).get("p99")
+
+    compared = [c for c in ("64", "8") if c in fairmatch and c in lean]
+    return {
+        "fairmatch_matches_per_s_64": fm64.get("matches_per_s"),
+        "lean_matches_per_s_64": lean64.get("matches_per_s"),
+        "throughput_ratio_64": _ratio(fm64.get("matches_per_s"), lean64.get("matches_per_s")),
+        "fairmatch_p99_ms_8": p99(fm8),
+        "lean_p99_ms_8": p99(lean8),
+        "p99_ratio_8": _ratio(p99(fm8), p99(lean8)),
+        "fairmatch_errors": sum(errors(fairmatch[c]) for c in compared),
+        "lean_errors": sum(errors(lean[c]) for c in compared),
+    }
+
+
 def lhcb_section(b: Bench) -> dict:
-    """References first (no server holding connections), then wrk at 1, 8, 64 connections."""
+    """References first (pgbench, then the lean claim service over wrk; no
+    fairmatch server holding connections), then fairmatch with wrk at 1, 8, 64
+    connections. Every wrk run starts from a queue topped up to the workload's size."""
     plan = b.plan
     workload = lhcb(plan.lhcb_scale, plan.seed)
     target = workload.total_jobs
@@ -41,7 +73,7 @@ def lhcb_section(b: Bench) -> dict:
     b.load(workload)
     resources = b.pilots_file(workload)
     out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
-                 "connections": {}, "bare_claims": {}, "legacy_runs": {}}  # fmt: skip
+                 "connections": {}, "bare_claims": {}, "legacy_runs": {}, "lean_runs": {}}  # fmt: skip
     for clients in plan.bare_clients:
         rows = b.fill(workload, target)
         run = out["bare_claims"][str(clients)] = bare_claim(b.url, rows, clients, plan.seconds)
@@ -52,6 +84,14 @@ def lhcb_section(b: Bench) -> dict:
         run = out["legacy_runs"][str(clients)] = legacy_dirac(b.url, clients, plan.seconds, resources)
         b.log(f"DIRAC matchAndGetJob SQL, {clients} clients: {run['matches_per_s']:,.0f} matches/s,"
               f" {run['delete_found_nothing']:,} lost races, {run['queue_emptied']:,} emptied queues")  # fmt: skip
+    lean = b.start_lean()
+    for connections in plan.lean_connections:
+        waiting = b.fill(workload, target)
+        run = run_pilots(lean.root, resources, connections, plan.seconds)
+        out["lean_runs"][str(connections)] = {**run, "waiting_jobs": waiting, "workers": lean.workers,
+                                              "pool": lean.pool}  # fmt: skip
+        b.log(f"lean claim service, {connections} connections: {_summary(run)}")
+    b.stop_server()
     server = b.start_server()
     for connections in plan.connections:
         waiting = b.fill(workload, target)
@@ -62,6 +102,9 @@ def lhcb_section(b: Bench) -> dict:
     # the plot draws one line per reference: the best figure of each
     out["bare_claim"] = max(out["bare_claims"].values(), key=lambda r: r["claims_per_s"])
     out["legacy"] = max(out["legacy_runs"].values(), key=lambda r: r["matches_per_s"])
+    if out["lean_runs"]:
+        out["lean"] = max(out["lean_runs"].values(), key=lambda r: r["matches_per_s"])
+        out["lean_comparison"] = lean_comparison(out["connections"], out["lean_runs"])
     return out
 
 
@@ -86,6 +129,39 @@ def scaling_section(b: Bench) -> dict:
     b.stop_server()
     main, *others = (str(c) for c in plan.scaling_connections)
     return {"workload": describe(workload), "runs": runs[main], "other_connections": {c: runs[c] for c in others}}
+
+
+def diracx_section(b: Bench) -> dict:
+    """The DiracX target (10,000 TQs, 1,000 sites, 300 tags, a long tail) loaded at
+    the smallest size, then topped up; wrk at 64 and 8 connections per size with
+    the same pilots (drawn from the smallest size); a fresh server per size."""
+    plan = b.plan
+    sizes = plan.diracx_sizes
+    workload = diracx(sizes[0], plan.seed)
+    b.fresh_database()
+    b.load(workload)
+    resources = b.pilots_file(workload)
+    runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
+    for size in sizes:
+        b.fill(workload, size)
+        server = b.start_server()
+        for connections in plan.scaling_connections:
+            waiting = b.fill(workload, size)
+            run = run_pilots(server.root, resources, connections, plan.seconds)
+            runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
+                                           "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
+            b.log(f"DiracX, {size:,} waiting, {connections} connections: {_summary(run)}")
+    b.stop_server()
+    sites, tags = len(workload.marginal("sites")), len(workload.marginal("tags"))
+    return {
+        "workload": describe(workload, sites=sites, tags=tags),
+        "workers": plan.workers,
+        "sizes": list(sizes),
+        "runs": runs,
+        # the largest size over the smallest, per connection count
+        "ratio": {c: _ratio(r[-1]["matches_per_s"], r[0]["matches_per_s"]) if len(r) > 1 else None
+                  for c, r in runs.items()},  # fmt: skip
+    }
 
 
 def _cdf_at(points: list, ms: float) -> float:

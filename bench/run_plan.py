@@ -14,6 +14,8 @@ from bench.workloads import Workload, load, pilots, top_up
 
 DATABASE = "fairmatch_bench"
 SCALING_SIZES = (1_000_000, 2_500_000, 5_000_000, 10_000_000)
+DIRACX_SIZES = (1_000_000, 10_000_000)  # matching on the DiracX target; capped by --max-jobs
+QUICK_SIZES = (50_000, 100_000)
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Plan:
     seconds: int  # each closed-loop wrk run and each pgbench run
     lhcb_scale: float
     scaling_sizes: tuple[int, ...]
+    diracx_sizes: tuple[int, ...]
     recompute_jobs: tuple[int, ...]
     recompute_repeats: int
     submit_batches: int  # per client count
@@ -31,7 +34,8 @@ class Plan:
     connections: tuple[int, ...] = (1, 8, 64)
     bare_clients: tuple[int, ...] = (16, 64)
     legacy_clients: tuple[int, ...] = (8, 64)
-    scaling_connections: tuple[int, ...] = (64, 8)  # the first is the one plotted
+    lean_connections: tuple[int, ...] = (64, 8)  # the lean claim service, as many workers as fairmatch
+    scaling_connections: tuple[int, ...] = (64, 8)  # the first is the one plotted; diracx runs these too
     submit_batch: int = 10_000
     submit_clients: tuple[int, ...] = (1, 2)
     soak_rate: float = 1000
@@ -42,10 +46,11 @@ class Plan:
     @classmethod
     def build(cls, quick: bool, workers: int, seconds: int | None, max_jobs: int, soak_seconds: int | None) -> Plan:
         if quick:
-            sizes, recompute, scale = (50_000, 100_000), (50_000,), 0.05
+            sizes, diracx_sizes, recompute, scale = QUICK_SIZES, QUICK_SIZES, (50_000,), 0.05
         else:
-            sizes, recompute, scale = SCALING_SIZES, (1_000_000, max_jobs), 1.0
+            sizes, diracx_sizes, recompute, scale = SCALING_SIZES, DIRACX_SIZES, (1_000_000, max_jobs), 1.0
         sizes = tuple(n for n in sizes if n <= max_jobs) or (max_jobs,)
+        diracx_sizes = tuple(sorted({min(n, max_jobs) for n in diracx_sizes}))
         recompute = tuple(sorted({min(n, max_jobs) for n in recompute}))
         return cls(
             quick=quick,
@@ -53,6 +58,7 @@ class Plan:
             seconds=seconds or (3 if quick else 20),
             lhcb_scale=scale,
             scaling_sizes=sizes,
+            diracx_sizes=diracx_sizes,
             recompute_jobs=recompute,
             recompute_repeats=3 if quick else 5,
             submit_batches=2 if quick else 20,
@@ -71,7 +77,7 @@ class Bench:
         # out_dir keeps the server logs; work_dir the throw-away files
         self.plan, self.admin_url, self.out_dir, self.work_dir = plan, admin_url, out_dir, work_dir
         self.url: str | None = None
-        self.server: run_env.Server | None = None
+        self.server: run_env.Service | None = None  # fairmatch or the lean claim service
         self.started = time.monotonic()
         self._pilots: dict[tuple, Path] = {}
 
@@ -96,8 +102,8 @@ class Bench:
 
     def fill(self, workload: Workload, total: int) -> int:
         """Top the queue up to `total` waiting jobs and vacuum; return the waiting jobs."""
-        if self.server is not None and not run_env.wait_idle(self.url):
-            self.log("the server is still busy after 120 s; topping up anyway")
+        if self.server is not None and not run_env.wait_idle(self.url, application_name=self.server.application_name):
+            self.log(f"the {self.server.name} is still busy after 120 s; topping up anyway")
         report = top_up(self.url, workload, total, progress=None)
         run_env.vacuum(self.url)
         if report["jobs"]:
@@ -111,6 +117,13 @@ class Bench:
         seconds, _ = self.server.recompute()
         self.log(f"fairmatch serve --workers {self.plan.workers} ready at {self.server.root}"
                  f" (first recompute {seconds:.2f} s)")  # fmt: skip
+        return self.server
+
+    def start_lean(self) -> run_env.LeanServer:
+        """The lean claim service with as many workers as fairmatch (the previous server stopped)."""
+        self.stop_server()
+        self.server = run_env.LeanServer(self.url, self.plan.workers, self.out_dir)
+        self.log(f"lean claim service, {self.plan.workers} workers, ready at {self.server.root}")
         return self.server
 
     def stop_server(self) -> None:

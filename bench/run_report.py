@@ -26,6 +26,16 @@ def _p(run: dict, key: str) -> float | None:
     return run.get("latency_ms", {}).get(key)
 
 
+def _mix(workload: dict) -> str:
+    """`user priorities 1/2/3 at 60/25/15 %`, or nothing for results without a mix."""
+    mix = workload.get("user_priorities")
+    if not mix:
+        return ""
+    levels = "/".join(f"{p:g}" for p, _ in mix)
+    shares = "/".join(f"{share * 100:.0f}" for _, share in mix)
+    return f"; user priorities {levels} at {shares} %"
+
+
 # --- sections
 
 
@@ -34,13 +44,20 @@ def _lhcb(results: dict) -> list[str]:
     w = lhcb["workload"]
     fm = lhcb["connections"]
     top = fm.get("64", {}).get("matches_per_s")
-    lines = [f"#### Matching: LHCb snapshot × {w['scale']:g} ({w['task_queues']:,} TQs, {w['jobs']:,} waiting jobs),"
-             f" `--workers {lhcb['workers']}`", ""]  # fmt: skip
+    lines = [f"#### Matching: LHCb snapshot × {w['scale']:g} ({w['task_queues']:,} TQs, {w['jobs']:,} waiting jobs"
+             f"{_mix(w)}), `--workers {lhcb['workers']}`", ""]  # fmt: skip
     rows = []
     for c, run in sorted(fm.items(), key=lambda kv: int(kv[0])):
         rows.append(["fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
                      _n(_p(run, "p99"), 2), f"{run['status']['200']:,}", f"{run['status']['204']:,}",
                      str(errors(run)), "—"])  # fmt: skip
+    for c, run in sorted(lhcb.get("lean_runs", {}).items(), key=lambda kv: int(kv[0])):
+        at = c if c in fm else "64"
+        rows.append([f"lean claim service ({run.get('workers', '?')} workers)", c, _n(run["matches_per_s"]),
+                     _n(_p(run, "p50"), 2), _n(_p(run, "p99"), 2), f"{run['status']['200']:,}",
+                     f"{run['status']['204']:,}", str(errors(run)),
+                     _n(_ratio(fm.get(at, {}).get("matches_per_s"), run["matches_per_s"]), 2)
+                     + f"× (fairmatch at {at})"])  # fmt: skip
     for c, run in sorted(lhcb.get("bare_claims", {}).items(), key=lambda kv: int(kv[0])):
         rows.append(["bare durable claim (pgbench)", c, _n(run["claims_per_s"]), _n(_p(run, "p50"), 2),
                      _n(_p(run, "p99"), 2), f"{run['transactions']:,}", "—", str(run["failed"]),
@@ -54,6 +71,42 @@ def _lhcb(results: dict) -> list[str]:
     header = ["", "connections / clients", "matches/s", "p50 ms", "p99 ms", "matched", "no match", "errors",
               "fairmatch ÷ this"]  # fmt: skip
     return lines + _table(header, rows)
+
+
+def _lean(results: dict) -> list[str]:
+    """fairmatch against the lean claim service, the two figures the comparison is judged on."""
+    lhcb = results["lhcb"]
+    c = lhcb.get("lean_comparison")
+    if not c:
+        return []
+    w = lhcb["workload"]
+    rows = [
+        ["matches/s at 64 connections", _n(c["fairmatch_matches_per_s_64"]), _n(c["lean_matches_per_s_64"]),
+         _n(c["throughput_ratio_64"], 2) + "×"],
+        ["p99 ms at 8 connections", _n(c["fairmatch_p99_ms_8"], 2), _n(c["lean_p99_ms_8"], 2),
+         _n(c["p99_ratio_8"], 2) + "×"],
+        ["errors (runs at 64 and 8)", str(c["fairmatch_errors"]), str(c["lean_errors"]), "—"],
+    ]  # fmt: skip
+    title = (f"#### fairmatch against the lean claim service: LHCb × {w['scale']:g}{_mix(w)},"
+             f" `--workers {lhcb['workers']}` each")  # fmt: skip
+    return [title, "", *_table(["", "fairmatch", "lean claim service", "fairmatch ÷ lean"], rows)]
+
+
+def _diracx(results: dict) -> list[str]:
+    d = results["diracx"]
+    w = d["workload"]
+    rows = []
+    for c, runs in d["runs"].items():
+        first = runs[0]["matches_per_s"] if runs else None
+        for run in runs:
+            rows.append([f"{run['waiting_jobs']:,}", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
+                         _n(_p(run, "p99"), 2), f"{run['status']['204']:,}", str(errors(run)),
+                         _n(_ratio(run["matches_per_s"], first), 2)])  # fmt: skip
+    header = ["waiting jobs", "connections", "matches/s", "p50 ms", "p99 ms", "no match", "errors",
+              "÷ smallest size"]  # fmt: skip
+    title = (f"#### Matching on the DiracX target ({w['task_queues']:,} TQs, {w.get('sites', '?'):,} sites,"
+             f" {w.get('tags', '?'):,} tags{_mix(w)}), `--workers {d['workers']}`")  # fmt: skip
+    return [title, "", *_table(header, rows)]
 
 
 def _scaling(results: dict) -> list[str]:
@@ -104,7 +157,10 @@ def _soak(results: dict) -> list[str]:
 
 
 def _all_wrk_runs(results: dict) -> Iterator[dict]:
+    """fairmatch's wrk runs (the lean service is a reference: its runs are not counted)."""
     yield from results.get("lhcb", {}).get("connections", {}).values()
+    for runs in results.get("diracx", {}).get("runs", {}).values():
+        yield from runs
     yield from results.get("scaling", [])
     for runs in results.get("scaling_extra", {}).get("other_connections", {}).values():
         yield from runs
@@ -137,6 +193,17 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         out.append((label, f"{_n(ratio, 2)}×", ratio is not None and ratio >= 0.8))
     else:
         out.append(("largest queue ≥ 0.8× the smallest", "not run", None))
+    diracx = results.get("diracx")
+    first_runs = next(iter(diracx["runs"].values()), []) if diracx else []
+    if len(first_runs) > 1:
+        small, big = first_runs[0], first_runs[-1]
+        ratio = _ratio(big["matches_per_s"], small["matches_per_s"])
+        label = (f"DiracX: {big['waiting_jobs']:,} waiting ≥ 0.8× {small['waiting_jobs']:,}"
+                 f" ({small['connections']} connections)")  # fmt: skip
+        out.append((label, f"{_n(ratio, 2)}× ({_n(big['matches_per_s'])} vs {_n(small['matches_per_s'])}/s)",
+                    ratio is not None and ratio >= 0.8))  # fmt: skip
+    else:
+        out.append(("DiracX: largest queue ≥ 0.8× the smallest", "not run", None))
     submit = results.get("submit")
     best = max((r["jobs_per_s"] for r in submit["runs"].values()), default=None) if submit else None
     out.append(("bulk submission ≥ 20,000 jobs/s (best client count)", f"{_n(best)}/s" if submit else "not run",
@@ -169,10 +236,11 @@ def markdown(results: dict) -> str:
               f"{' (modified)' if m['fairmatch_tree_modified'] else ''}", ""]  # fmt: skip
     rows = [[t, measured, {True: "yes", False: "**no**", None: "—"}[holds]] for t, measured, holds in targets(results)]
     lines += ["#### Targets", "", *_table(["target", "measured", "holds"], rows), ""]
-    for key, render in (("lhcb", _lhcb), ("scaling", _scaling), ("submit", _submit), ("recompute", _recompute),
-                        ("soak", _soak)):  # fmt: skip
+    for key, render in (("lhcb", _lhcb), ("lhcb", _lean), ("diracx", _diracx), ("scaling", _scaling),
+                        ("submit", _submit), ("recompute", _recompute), ("soak", _soak)):  # fmt: skip
         if results.get(key):
-            lines += [*render(results), ""]
+            table = render(results)
+            lines += [*table, ""] if table else []
     for name, levels in results.get("server_logs", {}).items():
         counts = ", ".join(f"{n} {level}" for level, n in levels.items())
         lines += [f"**Server log** `{name}`: {counts} lines (see the file).", ""]

@@ -13,7 +13,7 @@ from collections import Counter
 
 from app.settings import Settings
 from bench.workload_fit import Popular, apportion
-from bench.workload_model import Workload, duplicates, requirements, settle
+from bench.workload_model import USER_PRIORITY_MIX, Mix, Workload, duplicates, requirements, settle
 
 GRIDS = ("LCG", "DIRAC", "ARC", "CLOUD")
 COUNTRIES = ("ch", "de", "fr", "it", "uk", "es", "nl", "pl", "cz", "us", "ca", "br", "cn", "jp", "kr", "au")
@@ -75,9 +75,10 @@ def _use_all(specs: list[dict], field: str, names: list[str], rng: random.Random
 
 def diracx(
     jobs: int, seed: int = 0, *, n_tqs: int = 10_000, n_sites: int = 1000, n_tags: int = 300,
-    settings: Settings | None = None,
+    settings: Settings | None = None, user_priorities: Mix = USER_PRIORITY_MIX,
 ) -> Workload:  # fmt: skip
-    """`jobs` jobs over `n_tqs` TQs (fewer when there are fewer jobs)."""
+    """`jobs` jobs over `n_tqs` TQs (fewer when there are fewer jobs), each TQ's
+    jobs spread over `user_priorities`."""
     rng = random.Random(f"diracx:{seed}")
     n_tqs = min(n_tqs, jobs)
     site_names = [f"{GRIDS[i % len(GRIDS)]}.Site{i:04d}.{COUNTRIES[i % len(COUNTRIES)]}"
@@ -114,4 +115,5 @@ def diracx(
         tags=tag_weight,
         job_types=(*PRODUCTION_TYPES, *USER_TYPES),
         cpu_times=dict(sorted(cpu_jobs.items())),
+        user_priorities=user_priorities,
     )

@@ -21,11 +21,27 @@ from pathlib import Path
 
 from app.settings import Settings
 from bench.workload_fit import apportion, blocks_of, choose_subset, cover, partition, strata
-from bench.workload_model import Workload, duplicates, requirements, settle
+from bench.workload_model import USER_PRIORITY_MIX, Mix, Workload, duplicates, requirements, settle
 
-WORKLOADS = Path(os.environ.get("FAIRMATCH_WORKLOADS_DIR", "/work/shared/workloads"))
-SNAPSHOT = WORKLOADS / "lhcb-2026-03-28"
+REPO = Path(__file__).resolve().parent.parent
+SNAPSHOT_NAME = "lhcb-2026-03-28"
 VO = "lhcb"
+
+
+def workloads_dir() -> Path:
+    """$FAIRMATCH_WORKLOADS_DIR, else shared/workloads beside the repository."""
+    given = os.environ.get("FAIRMATCH_WORKLOADS_DIR")
+    return Path(given) if given else REPO.parent / "shared" / "workloads"
+
+
+def snapshot_dir() -> Path:
+    directory = workloads_dir() / SNAPSHOT_NAME
+    if not (directory / "jobs_per_tq.csv").is_file():
+        raise FileNotFoundError(
+            f"the LHCb snapshot is not in {directory}: set FAIRMATCH_WORKLOADS_DIR to the directory"
+            f" that holds {SNAPSHOT_NAME}/"
+        )
+    return directory
 
 
 def read_csv(directory: Path, name: str) -> list[dict[str, str]]:
@@ -123,13 +139,17 @@ def _unique(specs: list[dict], sizes: Sequence[int], settings: Settings | None, 
 
 
 def lhcb(
-    scale: float = 1.0, seed: int = 0, *, directory: Path = SNAPSHOT, settings: Settings | None = None
-) -> Workload:
+    scale: float = 1.0, seed: int = 0, *, directory: Path | None = None, settings: Settings | None = None,
+    user_priorities: Mix = USER_PRIORITY_MIX,
+) -> Workload:  # fmt: skip
     """Every TQ of jobs_per_tq.csv with n_jobs * scale jobs (rounded, at least 1).
 
     The TQ definitions depend on the seed only, so every scale of one seed has
-    the same TQs (and hashes): scale changes the number of jobs alone.
+    the same TQs (and hashes): scale changes the number of jobs alone. The
+    snapshot has no user priorities: each TQ's jobs spread over
+    `user_priorities` (the loader writes them so).
     """
+    directory = snapshot_dir() if directory is None else directory
     read = partial(read_csv, directory)
     tqs = read("jobs_per_tq.csv")
     sizes = [int(r["n_jobs"]) for r in tqs]
@@ -172,4 +192,5 @@ def lhcb(
         job_types=tuple(r["job_type"] for r in read("jobtype_distribution.csv")),
         cpu_times={int(r["cpu_segment_seconds"]): float(r["total_jobs"])
                    for r in read("cputime_distribution.csv")},  # fmt: skip
+        user_priorities=user_priorities,
     )

@@ -3,13 +3,21 @@
 The rows are what `POST /jobs` would have written (task queue, value rows,
 Waiting job, tq_jobs row; no submission events), streamed with COPY FROM
 STDIN in one transaction, so a failed load leaves nothing behind.
+
+Every table and column the loader writes is named in this module, so that a
+schema change is followed here and nowhere else. Jobs spread over the
+workload's user priorities (`Workload.user_priorities`): each run of jobs
+written to one TQ is split over the levels (`LevelSplit`), `jobs.user_priority`
+and `tq_jobs.user_priority` carry the level and `tq_jobs.real_priority` is the
+service's own `real_priority` of it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 
 import psycopg
@@ -24,9 +32,8 @@ from app.jobs.lifecycle import JobStatus
 from app.taskqueues.requirements import real_priority
 from app.taskqueues.store import INITIAL_PRIORITY
 from bench.workload_fit import apportion
-from bench.workload_model import Workload, requirements_json
+from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
 
-USER_PRIORITY = 1
 PRIORITY_CLASS = 0
 # jobs reach a TQ in submissions of this size, interleaved across TQs, as
 # productions and users submit them: a TQ's jobs are not one block of the heap
@@ -119,20 +126,31 @@ def _copy_rows(cur: psycopg.Cursor, table: str, columns: Sequence[str], rows: It
 
 
 def _create_task_queues(
-    cur: psycopg.Cursor, workload: Workload, indices: Sequence[int], first_id: int, now: datetime
-) -> tuple[dict[int, int], int]:
-    """TQ rows and their value rows; (workload index -> TQ id, value rows)."""
+    cur: psycopg.Cursor, workload: Workload, indices: Sequence[int], first_id: int, now: datetime,
+    levels: Mapping[int, Counter[int]],
+) -> tuple[dict[int, int], int]:  # fmt: skip
+    """TQ rows and their value rows; (workload index -> TQ id, value rows).
+    `levels`: the jobs about to be written per TQ index and user priority."""
     ids = {i: first_id + k for k, i in enumerate(indices)}
     # the schema may repeat the value lists as task_queues columns: filled as the service fills them
     lists = [(f, isinstance(task_queues.c[f].type.dialect_impl(postgresql.dialect()), ARRAY))
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
+    # and it may keep each TQ's jobs per level and the time the row changed (the database's clock)
+    extra = [c for c in ("levels", "changed_at") if c in task_queues.c]
+    changed = cur.execute("SELECT clock_timestamp()").fetchone()[0] if "changed_at" in extra else None
     columns = ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists))  # fmt: skip
+               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists), *extra)  # fmt: skip
     reqs = workload.requirements
+
+    def extras(i: int) -> tuple:
+        found = {"levels": Json(_stored_levels(levels.get(i, Counter()))), "changed_at": changed}
+        return tuple(found[c] for c in extra)
+
     _copy_rows(cur, "task_queues", columns, (
         (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].vo, reqs[i].cpu_time,
          reqs[i].priority_class, reqs[i].job_class, INITIAL_PRIORITY, None, now,
-         *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists))
+         *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists),
+         *extras(i))
         for i in indices
     ))  # fmt: skip
     _advance(cur, "task_queues", first_id + len(indices) - 1)
@@ -143,22 +161,69 @@ def _create_task_queues(
     return ids, values
 
 
+def _stored_levels(jobs: Mapping[int, int], stored: Sequence[Sequence[float]] = ()) -> list[list[float]]:
+    """`task_queues.levels`: [[real priority, jobs], ...] by real priority, the
+    jobs of `jobs` (per user priority) added to those already `stored`."""
+    merged = {float(p): int(n) for p, n in stored}
+    for user_priority, n in jobs.items():
+        level = real_priority(user_priority)
+        merged[level] = merged.get(level, 0) + n
+    return [[p, n] for p, n in sorted(merged.items()) if n > 0]
+
+
+def _add_levels(cur: psycopg.Cursor, added: Mapping[int, Counter[int]]) -> None:
+    """Existing TQs (by id) that gained jobs (per user priority): their level
+    counts grow and their row is marked changed, as a submission does (when
+    the schema has those columns)."""
+    if "levels" not in task_queues.c or not added:
+        return
+    cur.execute("SELECT id, levels FROM task_queues WHERE id = ANY(%s)", (list(added),))
+    rows = [(Json(_stored_levels(added[tq], stored or ())), tq) for tq, stored in cur.fetchall()]
+    changed = ", changed_at = clock_timestamp()" if "changed_at" in task_queues.c else ""
+    cur.executemany(f"UPDATE task_queues SET levels = %s{changed} WHERE id = %s", rows)
+
+
+Run = tuple[int, int, int, int]  # (TQ index, first job id, jobs, user priority)
+
+
+def _runs(counts: Sequence[int], first_id: int, mix: Mix) -> list[Run]:
+    """The jobs to write, in id order: round-robin submissions per TQ, each
+    split over the user priorities of `mix` (a block of ids per level)."""
+    split = LevelSplit(mix)
+    runs = []
+    for i, start, n in _segments(counts, first_id):
+        for user_priority, k in split.split(n):
+            runs.append((i, start, k, user_priority))
+            start += k
+    return runs
+
+
+def _levels(runs: Sequence[Run]) -> dict[int, Counter[int]]:
+    """TQ index -> jobs per user priority."""
+    levels: dict[int, Counter[int]] = {}
+    for i, _, n, user_priority in runs:
+        levels.setdefault(i, Counter())[user_priority] += n
+    return levels
+
+
 def _copy_jobs(
-    cur: psycopg.Cursor, workload: Workload, tq_ids: dict[int, int], counts: Sequence[int],
-    first_id: int, now: datetime, progress: Progress | None,
-) -> dict[str, float]:  # fmt: skip
-    """The Waiting jobs, then their tq_jobs rows; seconds and rows/s of each."""
-    total = sum(counts)
+    cur: psycopg.Cursor, workload: Workload, tq_ids: dict[int, int], runs: Sequence[Run],
+    now: datetime, progress: Progress | None,
+) -> dict:  # fmt: skip
+    """The Waiting jobs, then their tq_jobs rows; seconds and rows/s of each, and jobs per user priority."""
+    total = sum(n for _, _, n, _ in runs)
     stamp = now.isoformat()
-    # everything after the job id is the same for every job of a TQ
-    job_tail = {}
+    priorities = sorted({p for *_, p in runs})
+    # everything after the job id is the same for every job of a TQ and level
+    job_tail, queue_tail = {}, {}
     for i, tq_id in tq_ids.items():
         spec, req = workload.specs[i], workload.requirements[i]
-        fields = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, spec["cpu_time"],
-                  json.dumps(requirements_json(req)), USER_PRIORITY, PRIORITY_CLASS, tq_id, stamp)  # fmt: skip
-        job_tail[i] = ("\t" + "\t".join(map(_text, fields)) + "\n").encode()
-    queue_tail = {i: f"\t{tq_id}\t{USER_PRIORITY}\t{real_priority(USER_PRIORITY)!r}\n".encode()
-                  for i, tq_id in tq_ids.items()}  # fmt: skip
+        head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, spec["cpu_time"],
+                json.dumps(requirements_json(req)))  # fmt: skip
+        for p in priorities:
+            fields = (*head, p, PRIORITY_CLASS, tq_id, stamp)
+            job_tail[i, p] = ("\t" + "\t".join(map(_text, fields)) + "\n").encode()
+            queue_tail[i, p] = f"\t{tq_id}\t{p}\t{real_priority(p)!r}\n".encode()
     report = {}
     for table, columns, tails in (
         ("jobs", ("id", "status", "owner", "owner_group", "vo", "cpu_time", "requirements",
@@ -170,8 +235,8 @@ def _copy_jobs(
         with cur.copy(_copy(table, columns), writer=QueuedLibpqWriter(cur)) as copy:
             chunk: list[bytes] = []
             size = 0
-            for i, start, n in _segments(counts, first_id):
-                tail = tails[i]
+            for i, start, n, p in runs:
+                tail = tails[i, p]
                 chunk.append(b"".join([b"%d%s" % (job_id, tail) for job_id in range(start, start + n)]))
                 size += len(chunk[-1])
                 if size >= WRITE_BYTES:
@@ -182,8 +247,20 @@ def _copy_jobs(
                 copy.write(b"".join(chunk))
         report[f"{table}_seconds"] = meter.seconds()
         report[f"{table}_rows_per_second"] = round(meter.rate())
-    _advance(cur, "jobs", first_id + total - 1)
+    if runs:
+        _advance(cur, "jobs", max(start + n for _, start, n, _ in runs) - 1)
+    report["user_priorities"] = {str(p): sum(n for *_, n, q in runs if q == p) for p in priorities}
     return report
+
+
+def top_up_mix(mix: Mix, waiting: Mapping[int, int], total_jobs: int) -> Mix:
+    """The mix of the jobs a top-up adds so that the `total_jobs` waiting after
+    it follow `mix` again: matching drains the levels unevenly (higher ones
+    first), so each level gets what it lacks. Levels outside the mix are left
+    alone; when none lacks anything (the added jobs are too few to matter), `mix`."""
+    owed = {p: share * total_jobs - waiting.get(p, 0) for p, share in mix}
+    lacking = {p: n for p, n in owed.items() if n > 0}
+    return priority_mix(lacking) if lacking else mix
 
 
 def _next_id(cur: psycopg.Cursor, table: str) -> int:
@@ -225,42 +302,52 @@ def load(url: str, workload: Workload, *, progress: Progress | None = print) -> 
             cur.execute("SELECT EXISTS (SELECT FROM task_queues) OR EXISTS (SELECT FROM jobs)")
             if cur.fetchone()[0]:
                 raise ValueError("the database already holds task queues or jobs; load wants an empty one")
+            runs = _runs(workload.jobs, _next_id(cur, "jobs"), workload.user_priorities)
             indices = range(len(workload.requirements))
-            tq_ids, values = _create_task_queues(cur, workload, indices, _next_id(cur, "task_queues"), now)
+            tq_ids, values = _create_task_queues(
+                cur, workload, indices, _next_id(cur, "task_queues"), now, _levels(runs)
+            )
             report = {"workload": workload.name, "task_queues": len(tq_ids), "values": values,
                       "jobs": workload.total_jobs, "foreign_key_checks": checked}  # fmt: skip
-            report |= _copy_jobs(cur, workload, tq_ids, workload.jobs, _next_id(cur, "jobs"), now, progress)
+            report |= _copy_jobs(cur, workload, tq_ids, runs, now, progress)
         return _finish(conn, report, started, progress)
 
 
 def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress | None = print) -> dict:
     """Add Waiting jobs to the workload's TQs, in proportion to its sizes, until
-    `total_jobs` jobs wait. TQs drained and deleted since are created again."""
+    `total_jobs` jobs wait, the levels brought back to the workload's mix
+    (`top_up_mix`). TQs drained and deleted since are created again."""
     started = time.monotonic()
     now = datetime.now(timezone.utc)
     with _connect(url) as conn:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(LOCK)
             checked = not _skip_row_triggers(conn)
-            cur.execute("SELECT count(*) FROM tq_jobs")
-            waiting = cur.fetchone()[0]
+            cur.execute("SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority")
+            by_level = dict(cur.fetchall())
+            waiting = sum(by_level.values())
             report = {"workload": workload.name, "waiting_before": waiting, "task_queues": 0, "values": 0,
                       "foreign_key_checks": checked}  # fmt: skip
             add = total_jobs - waiting
             if add <= 0:
                 return {**report, "jobs": 0, "seconds": round(time.monotonic() - started, 3)}
+            mix = top_up_mix(workload.user_priorities, by_level, total_jobs)
+            runs = _runs(apportion(workload.jobs, add), _next_id(cur, "jobs"), mix)
+            levels = _levels(runs)
             cur.execute(
                 "SELECT requirements_hash, id FROM task_queues WHERE requirements_hash = ANY(%s)",
                 (list(workload.hashes),),
             )
             found = dict(cur.fetchall())
             tq_ids = {i: found[h] for i, h in enumerate(workload.hashes) if h in found}
+            _add_levels(cur, {tq_ids[i]: n for i, n in levels.items() if i in tq_ids})
             missing = [i for i, h in enumerate(workload.hashes) if h not in found]
             if missing:
-                created, values = _create_task_queues(cur, workload, missing, _next_id(cur, "task_queues"), now)
+                created, values = _create_task_queues(
+                    cur, workload, missing, _next_id(cur, "task_queues"), now, levels
+                )
                 tq_ids |= created
                 report |= {"task_queues": len(created), "values": values}
-            counts = apportion(workload.jobs, add)
             report["jobs"] = add
-            report |= _copy_jobs(cur, workload, tq_ids, counts, _next_id(cur, "jobs"), now, progress)
+            report |= _copy_jobs(cur, workload, tq_ids, runs, now, progress)
         return _finish(conn, report, started, progress)

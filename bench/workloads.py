@@ -4,6 +4,7 @@
     python -m bench.workloads load --workload diracx --jobs 1000000 --url ...
     python -m bench.workloads top-up --workload lhcb --total 2500000 --url ...
     python -m bench.workloads pilots --workload lhcb -n 1000 --out pilots.jsonl
+    python -m bench.workloads load --workload lhcb --user-priorities 1:60,2:25,3:15 --url ...
 
 The database must exist and be migrated (`fairmatch db upgrade`); nothing
 but rows is created. top-up needs the same workload options as the load.
@@ -19,16 +20,24 @@ from pathlib import Path
 from bench.workload_diracx import diracx
 from bench.workload_lhcb import lhcb
 from bench.workload_load import load, top_up
-from bench.workload_model import Workload
+from bench.workload_model import USER_PRIORITY_MIX, Workload, parse_mix
 from bench.workload_pilots import eligible, eligible_fraction, pilots
 
 __all__ = ["Workload", "diracx", "eligible", "eligible_fraction", "lhcb", "load", "pilots", "top_up"]
+DEFAULT_MIX = ",".join(f"{p}:{share * 100:g}" for p, share in USER_PRIORITY_MIX)
 
 
 def _workload(args: argparse.Namespace) -> Workload:
     if args.workload == "lhcb":
-        return lhcb(args.scale, args.seed)
-    return diracx(args.jobs, args.seed)
+        return lhcb(args.scale, args.seed, user_priorities=args.user_priorities)
+    return diracx(args.jobs, args.seed, user_priorities=args.user_priorities)
+
+
+def _mix(text: str):
+    try:
+        return parse_mix(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("--scale", type=float, default=1.0, help="lhcb: jobs per TQ times this")
         command.add_argument("--jobs", type=int, default=1_000_000, help="diracx: jobs in all")
         command.add_argument("--seed", type=int, default=0)
+        command.add_argument("--user-priorities", type=_mix, default=USER_PRIORITY_MIX, metavar="P:SHARE,...",
+                             help=f"each TQ's jobs over user priorities (default {DEFAULT_MIX})")  # fmt: skip
         if name == "pilots":
             command.add_argument("-n", type=int, default=1000)
             command.add_argument("--pilot-seed", type=int, default=0)

@@ -1,8 +1,10 @@
 """The benchmark tools: pgbench and wrk output parsing, the Lua script's result
-line, the plots, and short real runs of wrk (and of pgbench on PostgreSQL)."""
+line, the plots and the report's tables, the plan's sizes, and short real runs
+of wrk (and of pgbench and the lean claim service on PostgreSQL)."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import shutil
@@ -10,15 +12,19 @@ import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
-from bench import pilots, references
+from bench import pilots, references, run_env
+from bench.run_match import lean_comparison
+from bench.run_plan import Plan
+from bench.run_report import markdown, targets
 
 # Captured from `pgbench -n -M prepared -c 4 -j 2 -T 2 -f bench/references/bare_claim.sql`.
 PGBENCH_OUTPUT = """\
 pgbench (15.20 (Debian 15.20-0+deb12u1))
-transaction type: /work/main/bench/references/bare_claim.sql
+transaction type: bench/references/bare_claim.sql
 scaling factor: 1
 query mode: prepared
 number of clients: 4
@@ -162,14 +168,97 @@ def test_plot_writes_three_figures(tmp_path):
             "connections": {"1": run(1, 1), "8": run(8, 3), "64": run(64, 4)},
             "bare_claim": {"claims_per_s": 5000.0, "tps": 5000.0, "clients": 16},
             "legacy": {"matches_per_s": 420.0, "clients": 8},
+            "lean": run(64, 20),
         },
         "scaling": [{"waiting_jobs": n, "matches_per_s": 300.0, "p99_ms": 20.0} for n in (1_000_000, 10_000_000)],
+        "diracx": {"runs": {"64": [{"waiting_jobs": n, "matches_per_s": 200.0, "p99_ms": 30.0}
+                                   for n in (1_000_000, 10_000_000)]}},  # fmt: skip
     }
     written = plot(results, tmp_path / "figures")
     names = {path.name for path in written}
     assert names == {"throughput_vs_connections.png", "latency_cdf.png", "throughput_vs_waiting_jobs.png"}
     for path in written:
         assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 1000
+    # either series alone still draws the queue-size figure
+    for key in ("scaling", "diracx"):
+        alone = plot({key: results[key]}, tmp_path / key)
+        assert [path.name for path in alone] == ["throughput_vs_waiting_jobs.png"]
+
+
+def _wrk(matches: float, p50: float, p99: float, *, ok: int = 100, none: int = 5, other: int = 0, **extra) -> dict:
+    return {"matches_per_s": matches, "rps": matches, "requests": ok + none + other,
+            "status": {"200": ok, "204": none, "other": other},
+            "errors": {"connect": 0, "read": 0, "write": 0, "status": other, "timeout": 0},
+            "latency_ms": {"p50": p50, "p99": p99}, **extra}  # fmt: skip
+
+
+def _results() -> dict:
+    mix = [[1, 0.6], [2, 0.25], [3, 0.15]]
+    fairmatch = {"1": _wrk(200, 4, 9), "8": _wrk(350, 20, 80), "64": _wrk(352, 120, 1700, other=2)}
+    lean = {"64": _wrk(2400, 25, 60, workers=2), "8": _wrk(1800, 4, 10, workers=2)}
+    diracx = {c: [_wrk(m, 10, p99, waiting_jobs=n, p99_ms=p99, connections=int(c))
+                  for n, m, p99 in ((1_000_000, 300, 90), (10_000_000, 270, 120))] for c in ("64", "8")}  # fmt: skip
+    return {
+        "started_at": "20261123T000000Z",
+        "machine": {"cpu_model": "cpu", "cores": 2, "ram_gib": 24, "postgresql": "PostgreSQL 15 on x",
+                    "python": "3.11", "fairmatch_commit": "abc", "fairmatch_tree_modified": False},  # fmt: skip
+        "settings": {"plan": {"quick": True}},
+        "errors": {},
+        "lhcb": {
+            "workload": {"scale": 1.0, "task_queues": 498, "jobs": 871_925, "user_priorities": mix},
+            "workers": 2, "connections": fairmatch, "lean_runs": lean, "lean": lean["64"],
+            "lean_comparison": lean_comparison(fairmatch, lean),
+            "bare_claims": {"16": {"claims_per_s": 8000, "transactions": 160_000, "failed": 0,
+                                   "latency_ms": {"p50": 1.8, "p99": 4.7}}},
+            "legacy_runs": {"8": {"matches_per_s": 270, "matched": 5400, "no_match": 3, "failed": 0,
+                                  "latency_ms": {"p50": 29, "p99": 53}}},
+            "bare_claim": {"claims_per_s": 8000},
+        },  # fmt: skip
+        "diracx": {"workload": {"task_queues": 10_000, "sites": 1000, "tags": 300, "jobs": 1_000_000,
+                                "user_priorities": mix},
+                   "workers": 2, "sizes": [1_000_000, 10_000_000], "runs": diracx,
+                   "ratio": {"64": 0.9, "8": 0.9}},  # fmt: skip
+    }
+
+
+def test_fairmatch_is_compared_with_the_lean_service():
+    results = _results()
+    c = results["lhcb"]["lean_comparison"]
+    assert c["throughput_ratio_64"] == pytest.approx(352 / 2400)
+    assert c["p99_ratio_8"] == pytest.approx(80 / 10)
+    assert (c["fairmatch_errors"], c["lean_errors"]) == (2, 0)
+    report = markdown(results)
+    assert "user priorities 1/2/3 at 60/25/15 %" in report
+    lean_row = "| lean claim service (2 workers) | 64 | 2,400 | 25.00 | 60.00 | 100 | 5 | 0 | 0.15× (fairmatch at 64) |"
+    assert lean_row in report
+    assert "#### fairmatch against the lean claim service" in report
+    assert "| matches/s at 64 connections | 352 | 2,400 | 0.15× |" in report
+    assert "| p99 ms at 8 connections | 80.00 | 10.00 | 8.00× |" in report
+    assert "| errors (runs at 64 and 8) | 2 | 0 | — |" in report
+
+
+def test_the_diracx_section_is_reported_with_its_ratio():
+    results = _results()
+    report = markdown(results)
+    assert "#### Matching on the DiracX target (10,000 TQs, 1,000 sites, 300 tags" in report
+    assert "| 10,000,000 | 64 | 270 | 10.00 | 120.00 | 5 | 0 | 0.90 |" in report
+    assert "| 1,000,000 | 8 | 300 | 10.00 | 90.00 | 5 | 0 | 1.00 |" in report
+    found = {t: (measured, holds) for t, measured, holds in targets(results)}
+    assert found["DiracX: 10,000,000 waiting ≥ 0.8× 1,000,000 (64 connections)"] == ("0.90× (270 vs 300/s)", True)
+    # fairmatch's runs only: LHCb's 3 and DiracX's 4, the lean service's left out
+    assert found["zero errors (every wrk run)"] == ("2 in 7 runs", False)
+    # results of a run without these sections still render
+    del results["diracx"], results["lhcb"]["lean_runs"], results["lhcb"]["lean_comparison"]
+    report = markdown(results)
+    assert "lean claim service" not in report and "DiracX target" not in report
+
+
+def test_the_plan_caps_the_diracx_sizes():
+    assert Plan.build(False, 2, None, 10_000_000, None).diracx_sizes == (1_000_000, 10_000_000)
+    assert Plan.build(False, 2, None, 5_000_000, None).diracx_sizes == (1_000_000, 5_000_000)
+    assert Plan.build(False, 2, None, 500_000, None).diracx_sizes == (500_000,)
+    quick = Plan.build(True, 2, None, 10_000_000, None)
+    assert quick.diracx_sizes == (50_000, 100_000) and quick.lean_connections == (64, 8)
 
 
 class _StatusServer(ThreadingHTTPServer):
@@ -232,9 +321,13 @@ def _seed(db, jobs: int) -> None:
     """One task queue at LCG.A.xx for x86_64-el9 with `jobs` waiting jobs."""
     engine = db.engine()
     with engine.begin() as conn:
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("task_queues")}
+        # the schema may keep per-level counts and a change time on the TQ row
+        extra = {c: v for c, v in (("levels", f"'[[1.0, {jobs}]]'"), ("changed_at", "now()")) if c in columns}
+        names, values = "".join(f", {c}" for c in extra), "".join(f", {v}" for v in extra.values())
         tq = conn.execute(sa.text(
             "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class,"
-            " priority, created_at) VALUES ('h', 'u', 'g', 'vo', 3600, 0, 1.0, now()) RETURNING id"
+            f" priority, created_at{names}) VALUES ('h', 'u', 'g', 'vo', 3600, 0, 1.0, now(){values}) RETURNING id"
         )).scalar_one()  # fmt: skip
         conn.execute(sa.text("INSERT INTO tq_sites VALUES (:tq, 'LCG.A.xx')"), {"tq": tq})
         conn.execute(sa.text("INSERT INTO tq_platforms VALUES (:tq, 'x86_64-el9')"), {"tq": tq})
@@ -271,3 +364,40 @@ def test_references_run_on_postgresql(clean):
     bare = references.bare_claim(clean.url, rows=50_000, clients=2, seconds=1)
     assert bare["transactions"] == bare["rows"] - bare["remaining_rows"] > 0
     assert not bare["ran_dry"] and bare["latency_ms"]["p50"] > 0
+
+
+def _lean_claim_module():
+    pytest.importorskip("psycopg_pool")  # the bench extra
+    spec = importlib.util.spec_from_file_location("lean_claim", run_env.LeanServer.script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_lean_service_names_its_sessions_as_the_bench_expects():
+    assert _lean_claim_module().APPLICATION_NAME == run_env.LEAN_APPLICATION_NAME
+
+
+def test_the_lean_service_claims_over_http(clean, tmp_path):
+    if clean.backend != "postgresql":
+        pytest.skip("the lean claim service needs PostgreSQL")
+    _lean_claim_module()
+    _seed(clean, jobs=3)
+    lean = run_env.LeanServer(clean.url, workers=1, log_dir=tmp_path, pool=2)
+    try:
+        with httpx.Client(base_url=lean.api, timeout=10) as http:
+            answers = [http.post("/match", json={"Site": "LCG.A.xx", "CPUTime": 3600}) for _ in range(4)]
+            assert [r.status_code for r in answers] == [200, 200, 200, 204]
+            assert len({r.json()["job_id"] for r in answers[:3]}) == 3
+            assert answers[0].json()["site"] == "LCG.A.xx" and answers[0].json()["owner"] == "u"
+            assert http.post("/match", content=b"not json").status_code == 422
+            assert http.get("/nowhere").status_code == 404
+    finally:
+        lean.stop()
+    engine = clean.engine()
+    with engine.connect() as conn:
+        matched = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE status = 'Matched' AND site = 'LCG.A.xx'"))
+        assert matched.scalar_one() == 3
+        assert conn.execute(sa.text("SELECT count(*) FROM tq_jobs")).scalar_one() == 0
+    engine.dispose()
+    assert lean.process.returncode is not None

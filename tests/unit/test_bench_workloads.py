@@ -5,10 +5,16 @@ Tolerance for the LHCb marginals: every value's TQ count is exact, and its
 job total is within 1 % of the published one or 50 jobs, whichever is
 larger (the per-TQ file and the marginal files were read at slightly
 different moments: their totals differ by tens of jobs).
+
+The snapshot read here is the copy shipped in tests/data/workloads (checked
+against shared/workloads beside the repository when that is there).
 """
 
 from __future__ import annotations
 
+import filecmp
+import itertools
+import os
 import random
 from collections import Counter
 
@@ -21,14 +27,29 @@ from app.db import migrate
 from app.jobs.models import JobSpec
 from app.jobs.store import requirements_of
 from app.settings import load_settings
+from app.taskqueues.requirements import real_priority
+from bench import workload_lhcb
 from bench.workload_fit import apportion, choose_subset, partition
-from bench.workload_lhcb import SNAPSHOT, read_csv
-from bench.workload_load import _text
-from bench.workload_model import requirements_hash, requirements_json
-from bench.workloads import diracx, eligible, eligible_fraction, lhcb, load, pilots, top_up
+from bench.workload_lhcb import SNAPSHOT_NAME, read_csv
+from bench.workload_load import _runs, _text, top_up_mix
+from bench.workload_model import (
+    USER_PRIORITY_MIX,
+    LevelSplit,
+    parse_mix,
+    priority_mix,
+    requirements_hash,
+    requirements_json,
+)  # fmt: skip
+from bench.workloads import diracx, eligible, eligible_fraction, load, pilots, top_up
 from tests import conftest as harness  # its TestDatabase, imported by name, would be collected as a test class
 
 RELATIVE, ABSOLUTE = 0.01, 50
+SNAPSHOT = harness.REPO / "tests" / "data" / "workloads" / SNAPSHOT_NAME
+
+
+def lhcb(scale: float = 1.0, seed: int = 0, **options):
+    """The LHCb workload built from the snapshot shipped with the tests."""
+    return workload_lhcb.lhcb(scale, seed, directory=SNAPSHOT, **options)
 
 
 def close(got: int, published: int) -> bool:
@@ -176,6 +197,40 @@ def drop_smallest_task_queue(conn: psycopg.Connection) -> tuple[int, str]:
     return gone, digest
 
 
+def check_levels(url: str, waiting: int) -> None:
+    """The waiting jobs follow the default mix (within a job per level, a few
+    for other writers), their real priority is the service's, jobs and tq_jobs
+    agree, and the TQs hold several levels."""
+    with psycopg.connect(url) as conn:
+        by_level = dict(conn.execute(
+            "SELECT q.user_priority, count(*) FROM tq_jobs q JOIN jobs j ON j.id = q.job_id"
+            " WHERE j.user_priority = q.user_priority GROUP BY q.user_priority"
+        ).fetchall())  # fmt: skip
+        assert sum(by_level.values()) == count(conn, "tq_jobs") == waiting
+        for p, share in USER_PRIORITY_MIX:
+            assert abs(by_level[p] - share * waiting) <= 3, by_level
+        pairs = conn.execute("SELECT DISTINCT user_priority, real_priority FROM tq_jobs").fetchall()
+        assert sorted(pairs) == [(p, real_priority(p)) for p, _ in USER_PRIORITY_MIX]
+        spread = conn.execute(
+            "SELECT count(*) FILTER (WHERE levels >= 2), count(*) FROM"
+            " (SELECT count(DISTINCT real_priority) AS levels FROM tq_jobs GROUP BY tq_id HAVING count(*) >= 10) s"
+        ).fetchone()  # fmt: skip
+        assert spread[0] == spread[1] > 0
+        stored = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'task_queues'"
+            " AND column_name = 'levels'"
+        ).fetchone()  # fmt: skip
+        if stored:  # the schema keeps per-level counts: at least the waiting jobs' levels are listed
+            for tq, levels in conn.execute(
+                "SELECT t.id, t.levels FROM task_queues t WHERE EXISTS (SELECT FROM tq_jobs q WHERE q.tq_id = t.id)"
+            ).fetchall():  # fmt: skip
+                held = dict(conn.execute(
+                    "SELECT real_priority, count(*) FROM tq_jobs WHERE tq_id = %s GROUP BY 1", (tq,)
+                ).fetchall())  # fmt: skip
+                listed = {float(p): n for p, n in levels}
+                assert set(held) <= set(listed) and all(listed[p] >= n for p, n in held.items()), (tq, levels)
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif("postgresql" not in harness.BACKENDS, reason="FAIRMATCH_TEST_BACKENDS has no postgresql")
 def test_a_loaded_workload_is_served(tmp_path):
@@ -188,6 +243,7 @@ def test_a_loaded_workload_is_served(tmp_path):
         migrate.upgrade(url)
         report = load(url, workload, progress=None)
         assert (report["task_queues"], report["jobs"]) == (len(workload.specs), workload.total_jobs)
+        check_levels(url, workload.total_jobs)
         with pytest.raises(ValueError, match="empty"):
             load(url, workload, progress=None)
         database = harness.TestDatabase("postgresql", url, url.replace("://", "+psycopg://", 1))
@@ -222,6 +278,7 @@ def test_a_loaded_workload_is_served(tmp_path):
         added = top_up(url, workload, workload.total_jobs + 1000, progress=None)
         assert added["jobs"] == workload.total_jobs + 1000 - waiting
         assert added["task_queues"] == len(workload.specs) - present
+        check_levels(url, workload.total_jobs + 1000)
         with psycopg.connect(url) as conn:
             assert count(conn, "tq_jobs") == workload.total_jobs + 1000
             back = conn.execute(
@@ -249,3 +306,102 @@ def test_fitting_helpers_keep_counts_exact():
 def test_copy_text_fields_are_escaped():
     assert _text(None) == r"\N"
     assert _text("a\tb\\c\nd") == "a\\tb\\\\c\\nd"
+
+
+# ------------------------------------------------------------- where the data is
+
+
+def test_the_shipped_snapshot_is_the_shared_one():
+    shared = workload_lhcb.workloads_dir() / SNAPSHOT_NAME
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is not there")
+    names = sorted(p.name for p in shared.iterdir())
+    assert names == sorted(p.name for p in SNAPSHOT.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(shared, SNAPSHOT, names, shallow=False)
+    assert mismatch == errors == []
+
+
+def test_the_workloads_are_found_beside_the_repository_or_where_the_variable_says(monkeypatch, tmp_path):
+    monkeypatch.delenv("FAIRMATCH_WORKLOADS_DIR", raising=False)
+    assert workload_lhcb.workloads_dir() == harness.REPO.parent / "shared" / "workloads"
+    monkeypatch.setenv("FAIRMATCH_WORKLOADS_DIR", str(tmp_path))
+    assert workload_lhcb.workloads_dir() == tmp_path
+    with pytest.raises(FileNotFoundError, match="FAIRMATCH_WORKLOADS_DIR"):
+        workload_lhcb.snapshot_dir()
+    os.symlink(SNAPSHOT, tmp_path / SNAPSHOT_NAME)
+    assert workload_lhcb.snapshot_dir() == tmp_path / SNAPSHOT_NAME
+    assert workload_lhcb.lhcb(0.01).hashes == lhcb(0.01).hashes
+
+
+# ------------------------------------------------------------ user-priority levels
+
+
+def test_a_mix_is_checked_and_normalised():
+    assert priority_mix({3: 15, 1: 60, 2: 25}) == ((1, 0.6), (2, 0.25), (3, 0.15))
+    assert parse_mix("1:60,2:25,3:15") == priority_mix(USER_PRIORITY_MIX)
+    assert parse_mix("5:1") == ((5, 1.0),)
+    for bad in ("", "1:60,1:40", "11:1", "1:0", "1=60", "a:1"):
+        with pytest.raises(ValueError):
+            parse_mix(bad)
+
+
+def test_levels_split_every_run_and_keep_the_mix_overall():
+    split = LevelSplit(USER_PRIORITY_MIX)
+    rng = random.Random(3)
+    total = Counter()
+    for _ in range(20_000):
+        n = rng.choice([1, 2, 3, 7, 40, 1000, rng.randint(1, 200)])
+        got = dict(split.split(n))
+        assert sum(got.values()) == n and all(k > 0 for k in got.values())
+        for p, share in USER_PRIORITY_MIX:
+            assert abs(got.get(p, 0) - share * n) < 2
+        total.update(got)
+    for p, share in USER_PRIORITY_MIX:
+        assert abs(total[p] - share * split.total) <= 1
+    # one job at a time: the levels take turns, in the mix's proportions
+    ones = LevelSplit(USER_PRIORITY_MIX)
+    assert Counter(p for _ in range(100) for p, _ in ones.split(1)) == {1: 60, 2: 25, 3: 15}
+
+
+@pytest.mark.parametrize("which", ["snapshot", "target"])
+def test_loaded_runs_give_every_tq_several_levels(request, which):
+    workload = request.getfixturevalue(which)
+    assert workload.user_priorities == USER_PRIORITY_MIX
+    runs = _runs(workload.jobs, 101, workload.user_priorities)
+    # job ids follow on without a gap, and every TQ gets exactly its jobs
+    ids = sorted((start, n) for _, start, n, _ in runs)
+    assert ids[0][0] == 101 and all(a + n == b for (a, n), (b, _) in itertools.pairwise(ids))
+    per_tq: dict[int, Counter] = {}
+    for i, _, n, p in runs:
+        per_tq.setdefault(i, Counter())[p] += n
+    assert [sum(per_tq[i].values()) for i in range(len(workload.jobs))] == list(workload.jobs)
+    overall = Counter()
+    for i, levels in per_tq.items():
+        overall.update(levels)
+        n = workload.jobs[i]
+        if n >= 10:
+            assert len(levels) >= 2, (i, n, levels)
+        if n >= 30:
+            assert set(levels) == {1, 2, 3}, (i, n, levels)
+            assert abs(levels[1] / n - 0.6) < 0.1
+    for p, share in USER_PRIORITY_MIX:
+        assert abs(overall[p] - share * workload.total_jobs) <= 1
+
+
+def test_a_mix_is_configurable_per_workload():
+    mix = ((0, 0.1), (1, 0.5), (5, 0.4))
+    workload = diracx(20_000, 0, n_tqs=1000, user_priorities=mix)
+    assert workload.user_priorities == mix
+    assert lhcb(0.01, user_priorities={1: 1, 2: 1}).user_priorities == ((1, 0.5), (2, 0.5))
+    with pytest.raises(ValueError):
+        diracx(20_000, 0, n_tqs=1000, user_priorities={})
+
+
+def test_a_top_up_restores_the_mix():
+    # matching took more jobs of the higher levels: the top-up gives them more
+    mix = top_up_mix(USER_PRIORITY_MIX, {1: 5_900, 2: 2_300, 3: 1_300}, 10_000)
+    assert dict(mix) == pytest.approx({1: 100 / 500, 2: 200 / 500, 3: 200 / 500})
+    # nothing lacking (or a level outside the mix): the mix itself
+    assert top_up_mix(USER_PRIORITY_MIX, {1: 6_000, 2: 2_500, 3: 1_500}, 10_000) == USER_PRIORITY_MIX
+    mix = top_up_mix(USER_PRIORITY_MIX, {7: 50, 1: 5_990, 2: 2_500, 3: 1_500}, 10_050)
+    assert dict(mix) == pytest.approx({1: 40 / 60, 2: 12.5 / 60, 3: 7.5 / 60})
