@@ -93,10 +93,11 @@ def serve(
     port = port or settings.server.port
     workers = workers or settings.server.workers
     refuse_open_bind_without_auth(settings, host)
+    prepared = settings.database.prepared_statements
     if database_is_sqlite(settings.database_url):
-        note(upgrade_database(settings.database_url, "head"))
+        note(upgrade_database(settings.database_url, "head", prepared_statements=prepared))
     else:
-        require_head(settings.database_url)
+        require_head(settings.database_url, prepared_statements=prepared)
     from app.logs import uvicorn_log_config
     from app.metrics import prepare_multiprocess_directory
 
@@ -149,7 +150,10 @@ def db_upgrade(
     revision: Annotated[str, typer.Option(help="Alembic revision to upgrade to.")] = "head",
 ) -> None:
     """Migrate the configured database (`database_url`) to a revision."""
-    typer.echo(upgrade_database(load_settings_or_exit().database_url, revision))
+    settings = load_settings_or_exit()
+    typer.echo(
+        upgrade_database(settings.database_url, revision, prepared_statements=settings.database.prepared_statements)
+    )
 
 
 @db_cli.command("current")
@@ -157,8 +161,9 @@ def db_current() -> None:
     """Show the configured database's schema revision and whether it is the latest."""
     from app.db import migrate
 
-    url = load_settings_or_exit().database_url
-    current = on_database(url, lambda: read_revision(url))
+    settings = load_settings_or_exit()
+    url, prepared = settings.database_url, settings.database.prepared_statements
+    current = on_database(url, lambda: read_revision(url, prepared_statements=prepared))
     head = migrate.head_revision(url)
     if current == head:
         typer.echo(f"{redacted(url)}: at {current} (head, up to date)")
@@ -166,39 +171,41 @@ def db_current() -> None:
         typer.echo(f"{redacted(url)}: at {current or 'none'}, head is {head}: run `fairmatch db upgrade`")
 
 
-def upgrade_database(url: str, revision: str) -> str:
+def upgrade_database(url: str, revision: str, *, prepared_statements: bool = True) -> str:
     """Migrate and say what was done."""
     from alembic.util import CommandError
 
     from app.db import migrate
 
-    before = on_database(url, lambda: read_revision(url))
+    prepared = prepared_statements
+    before = on_database(url, lambda: read_revision(url, prepared_statements=prepared))
     try:
-        on_database(url, lambda: migrate.upgrade(url, revision))
+        on_database(url, lambda: migrate.upgrade(url, revision, prepared_statements=prepared))
     except CommandError as exc:
         fail(f"cannot upgrade to {revision!r}: {exc}", EXIT_USAGE)
-    after = on_database(url, lambda: read_revision(url))
+    after = on_database(url, lambda: read_revision(url, prepared_statements=prepared))
     if before == after:
         return f"{redacted(url)}: already at {after or 'none'}"
     return f"{redacted(url)}: upgraded from {before or 'none'} to {after}"
 
 
-def require_head(url: str) -> None:
+def require_head(url: str, *, prepared_statements: bool = True) -> None:
     """The app refuses an old schema too, but inside a server traceback: say it plainly first."""
     from app.db import migrate
 
-    current, head = on_database(url, lambda: read_revision(url)), migrate.head_revision(url)
+    current = on_database(url, lambda: read_revision(url, prepared_statements=prepared_statements))
+    head = migrate.head_revision(url)
     if current != head:
         fail(f"{redacted(url)} is at schema revision {current or 'none'}, this fairmatch needs {head}: "
              "run `fairmatch db upgrade`")  # fmt: skip
 
 
-def read_revision(url: str) -> str | None:
+def read_revision(url: str, *, prepared_statements: bool = True) -> str | None:
     from app.db import migrate
     from app.db.engine import create_engine
 
     async def read() -> str | None:
-        engine = create_engine(url, pool_size=1)
+        engine = create_engine(url, pool_size=1, prepared_statements=prepared_statements)
         try:
             async with engine.connect() as conn:
                 return await migrate.current_revision(conn)

@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url)
+        engine = create_engine(settings.database_url, prepared_statements=settings.database.prepared_statements)
         try:
             await check_schema(engine, settings.database_url)
             async with engine.connect() as conn:

@@ -51,6 +51,15 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class DatabaseSettings(Section):
+    prepared_statements: bool = Field(
+        True,
+        description="Let the driver prepare statements it runs often on the server (psycopg's "
+        "prepare_threshold; PostgreSQL only). Set false behind a PgBouncer in transaction mode, "
+        "where a statement prepared on one server connection is missing on the next.",
+    )
+
+
 class ServerSettings(Section):
     host: str = Field("127.0.0.1", description="Interface `fairmatch serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP API.")
@@ -292,6 +301,7 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; `postgresql://…` and `sqlite:///…` are accepted and "
         "given their async drivers.",
     )
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     taskqueues: TaskQueueSettings = Field(default_factory=TaskQueueSettings)

@@ -22,6 +22,17 @@ def _url() -> str:
     return get_settings().database_url
 
 
+def _prepared_statements() -> bool:
+    """As the caller says (`migrate.upgrade`), else the `database.prepared_statements` setting."""
+    if "prepared_statements" in config.attributes:
+        return bool(config.attributes["prepared_statements"])
+    if config.get_main_option("sqlalchemy.url"):
+        return True
+    from app.settings import get_settings
+
+    return get_settings().database.prepared_statements
+
+
 def _configure(connection: Connection | None = None, **kwargs) -> None:
     context.configure(
         connection=connection,
@@ -45,7 +56,7 @@ def _run_sync(connection: Connection) -> None:
 
 
 async def run_migrations_online() -> None:
-    engine = create_engine(_url(), pool_size=1)
+    engine = create_engine(_url(), pool_size=1, prepared_statements=_prepared_statements())
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run_sync)

@@ -46,7 +46,24 @@ def is_sqlite(url: URL) -> bool:
     return url.get_backend_name() == "sqlite"
 
 
-def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def postgresql_connect_args(url: URL, *, prepared_statements: bool = True) -> dict:
+    """psycopg's connection arguments: the defaults above, minus what the URL's query sets itself.
+
+    Without prepared statements (`prepare_threshold=None`) psycopg never
+    prepares a statement on the server, however often it runs it: every
+    connection of the pool, and the driver connection the hot paths use
+    directly (`get_raw_connection()`), can then be moved between server
+    connections by a PgBouncer in transaction mode.
+    """
+    args = {k: v for k, v in POSTGRESQL_CONNECT_ARGS.items() if k not in url.query}
+    if not prepared_statements:
+        args["prepare_threshold"] = None
+    return args
+
+
+def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = True) -> AsyncEngine:
+    """The service's engine; `prepared_statements=False` (the `database.prepared_statements`
+    setting) for a PgBouncer in transaction mode. SQLite ignores it."""
     parsed = normalise_url(url)
     if is_sqlite(parsed):
         engine = create_async_engine(parsed, connect_args={"timeout": 30})
@@ -61,7 +78,7 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         # checkout instead of failing the request that drew it
         pool_pre_ping=True,
         # what the URL's query sets itself wins over these defaults
-        connect_args={k: v for k, v in POSTGRESQL_CONNECT_ARGS.items() if k not in parsed.query},
+        connect_args=postgresql_connect_args(parsed, prepared_statements=prepared_statements),
     )
 
 

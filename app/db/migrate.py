@@ -22,16 +22,18 @@ def migrations_dir() -> Path:
     raise FileNotFoundError("the migrations directory is missing from this installation")
 
 
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str, *, prepared_statements: bool = True) -> Config:
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     # '%' would be read as interpolation by configparser
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    # read by migrations/env.py when it creates its engine (False behind PgBouncer in transaction mode)
+    config.attributes["prepared_statements"] = prepared_statements
     return config
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(database_url), revision)
+def upgrade(database_url: str, revision: str = "head", *, prepared_statements: bool = True) -> None:
+    command.upgrade(alembic_config(database_url, prepared_statements=prepared_statements), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:

@@ -80,3 +80,22 @@ def test_the_lottery_defaults_to_the_policys_own(no_config, monkeypatch, policy,
     assert Settings().matching.lottery is lottery
     monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERY", "dirac")
     assert Settings().matching.lottery is Lottery.dirac  # an explicit choice wins
+
+
+def test_prepared_statements_setting_from_file_and_environment(no_config, monkeypatch):
+    from app.db.engine import normalise_url, postgresql_connect_args
+
+    monkeypatch.delenv("FAIRMATCH_DATABASE__PREPARED_STATEMENTS", raising=False)
+    assert Settings().database.prepared_statements is True
+    (no_config / "f.toml").write_text('database_url = "postgresql://db/x"\n[database]\nprepared_statements = false\n')
+    monkeypatch.setenv("FAIRMATCH_CONFIG", str(no_config / "f.toml"))
+    assert Settings().database.prepared_statements is False
+    # the section and FAIRMATCH_DATABASE_URL live side by side
+    monkeypatch.setenv("FAIRMATCH_DATABASE__PREPARED_STATEMENTS", "true")
+    monkeypatch.setenv("FAIRMATCH_DATABASE_URL", "postgresql://pgbouncer:6432/x")
+    s = Settings()
+    assert (s.database.prepared_statements, s.database_url) == (True, "postgresql://pgbouncer:6432/x")
+
+    url = normalise_url(s.database_url)
+    assert "prepare_threshold" not in postgresql_connect_args(url)  # psycopg's default: prepare after 5 runs
+    assert postgresql_connect_args(url, prepared_statements=False)["prepare_threshold"] is None
