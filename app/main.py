@@ -34,6 +34,7 @@ from app.db.engine import create_engine
 from app.gauges import DatabaseGauges
 from app.limits import rules as limit_rules
 from app.limits import store as limit_store
+from app.matching.keeper import Keeper
 from app.priority import groups
 from app.priority.service import configured_corrections
 from app.settings import AuthMode, Settings, get_settings
@@ -81,7 +82,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.verifier = verifier
         app.state.corrections = corrections
         app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
+        app.state.keeper = Keeper(settings.matching)
         tasks = background.start(engine, settings, corrections)
+        tasks.append(asyncio.create_task(app.state.keeper.run(engine)))
         try:
             yield
         finally:

@@ -164,6 +164,23 @@ class MatchingSettings(Section):
     claim_attempts: int = Field(
         8, ge=1, le=100, description="How often a lost claim is retried before answering 204."
     )
+    refresh_seconds: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="How often each process reads the task queues other processes changed "
+        "(a new TQ is matchable everywhere within about this long).",
+    )
+    refresh_margin_seconds: float = Field(
+        2.0,
+        ge=0,
+        le=600,
+        description="Each read looks back this far before the previous one, for transactions "
+        "that changed a TQ before it and committed after it.",
+    )
+    reload_seconds: float = Field(
+        60.0, gt=0, description="How often each process reads the whole task-queue table again."
+    )
 
 
 class JobSettings(Section):

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.tokens import ANONYMOUS_ADMIN, Principal
 from app.errors import Forbidden, Unauthorized
+from app.matching.keeper import Keeper
 from app.settings import AuthMode, Settings
 
 
@@ -28,6 +29,10 @@ async def _settings(request: Request) -> Settings:
 
 async def _rng(request: Request) -> random.Random:
     return request.app.state.rng
+
+
+async def _keeper(request: Request) -> Keeper:
+    return request.app.state.keeper
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -53,4 +58,5 @@ async def _caller(request: Request) -> Principal:
 Connection = Annotated[AsyncConnection, Depends(_connection)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
 Rng = Annotated[random.Random, Depends(_rng)]
+TaskQueueCatalog = Annotated[Keeper, Depends(_keeper)]
 Caller = Annotated[Principal, Depends(_caller)]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import Caller, Connection, CurrentSettings, Rng
+from app.api.deps import Caller, Connection, CurrentSettings, Rng, TaskQueueCatalog
 from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.auth import policy
 from app.auth.tokens import Principal, Role
@@ -26,14 +27,20 @@ router = APIRouter(tags=["matching"])
     summary="Claim the job this resource should run now",
 )
 async def match(
-    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, rng: Rng, caller: Caller
-) -> dict | Response:
+    resource: ResourceDescription,
+    conn: Connection,
+    settings: CurrentSettings,
+    rng: Rng,
+    caller: Caller,
+    keeper: TaskQueueCatalog,
+) -> Response:
     policy.require(caller, Role.admin, Role.pilot)
     resource = policy.pin_resource(caller, resource)
-    job = await service.match(conn, resource, settings, rng, requester=caller.sub)
+    job = await service.match(conn, resource, settings, rng, requester=caller.sub, keeper=keeper)
     if job is None:
         return Response(status_code=204)
-    return job
+    # the job comes from the database as the schema describes it: encoded, not validated again
+    return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")
 
 
 @router.post(
@@ -42,11 +49,15 @@ async def match(
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: ResourceDescription, conn: Connection, settings: CurrentSettings, caller: Caller
+    resource: ResourceDescription,
+    conn: Connection,
+    settings: CurrentSettings,
+    caller: Caller,
+    keeper: TaskQueueCatalog,
 ) -> dict:
     policy.require(caller, Role.admin, Role.operator, Role.pilot)
     resource = policy.pin_resource(caller, resource)
-    return {"task_queues": await service.explain(conn, resource, settings)}
+    return {"task_queues": await service.explain(conn, resource, settings, keeper)}
 
 
 def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:

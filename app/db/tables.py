@@ -61,6 +61,13 @@ task_queues = Table(
     # once with the TQ: matching tests them in the row it reads anyway, where the
     # value tables would cost a probe per field and TQ.
     *(Column(field, ValueList) for field in ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")),
+    # Waiting jobs per user-priority level, [[real_priority, jobs], ...]: exact after each
+    # priority-loop run, plus the jobs submitted since (claims are not subtracted, so
+    # matching never waits on a counter row). Weights of the level lottery.
+    Column("levels", JSON, nullable=False, default=list),
+    # When priority, levels or membership last changed (the database's clock on
+    # PostgreSQL): each matcher process polls it to keep its copy of this table.
+    Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
 )
 
 # The multi-valued requirements, keyed by the JobSpec field that fills them.

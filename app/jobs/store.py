@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -123,6 +124,10 @@ async def submit(
             job_ids = await bulk.insert_jobs(conn, rows, now)
         else:
             job_ids = await _insert_jobs(conn, rows, now)
+        arrivals: dict[int, Counter[float]] = {}
+        for row in rows:
+            arrivals.setdefault(row["task_queue_id"], Counter())[row["real_priority"]] += 1
+        await tq_store.queued(conn, arrivals, new_jobs=True)
     await _refresh_priorities(conn, settings, {r.owner_group for r in distinct if hashes[r] in created})
     return [
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
@@ -339,14 +344,11 @@ async def reschedule(
         reqs = Requirements.from_json(job.requirements)
         found, created = await tq_store.find_or_create(conn, [reqs], now)
         tq_id = found[reqs.hash]
+        level = real_priority(job.user_priority)
         await conn.execute(
-            insert(tq_jobs).values(
-                job_id=job_id,
-                tq_id=tq_id,
-                user_priority=job.user_priority,
-                real_priority=real_priority(job.user_priority),
-            )
+            insert(tq_jobs).values(job_id=job_id, tq_id=tq_id, user_priority=job.user_priority, real_priority=level)
         )
+        await tq_store.queued(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
         row = (
             await conn.execute(
                 update(jobs)
@@ -557,9 +559,11 @@ async def _requeue(
     """Point the job's (locked) tq_jobs row at the TQ of `reqs` with its new level; the TQ id."""
     found, _ = await tq_store.find_or_create(conn, [reqs], now)
     tq_id = found[reqs.hash]
+    level = real_priority(user_priority)
     await conn.execute(
         update(tq_jobs)
         .where(tq_jobs.c.job_id == job_id)
-        .values(tq_id=tq_id, user_priority=user_priority, real_priority=real_priority(user_priority))
+        .values(tq_id=tq_id, user_priority=user_priority, real_priority=level)
     )
+    await tq_store.queued(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
     return tq_id

@@ -23,6 +23,7 @@ from app.db.dialect import insert_ignoring_conflicts, is_postgresql
 from app.db.tables import jobs, site_limit_matches, site_limits
 from app.jobs.lifecycle import HOLDING_A_SLOT
 from app.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimits
+from app.taskqueues import changes
 
 SITE_LOCK_NAMESPACE = 7_100_010  # with hashtext(site): one advisory lock per site
 
@@ -126,6 +127,11 @@ async def of_site(conn: AsyncConnection, site: str | None, now: datetime) -> Sit
     return SiteLimits(tuple(states), now) if states else None
 
 
+async def limited_sites(conn: AsyncConnection) -> frozenset[str]:
+    """Sites with at least one limit. Inside the caller's transaction."""
+    return frozenset((await conn.execute(select(site_limits.c.site).distinct())).scalars())
+
+
 async def list_limits(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Every limit with its state, as the API shows it. Inside the caller's transaction."""
     return [
@@ -140,6 +146,7 @@ async def replace_limits(conn: AsyncConnection, limits: Sequence[Limit]) -> None
         await conn.execute(delete(site_limits))
         if limits:
             await conn.execute(insert(site_limits), [_row(lim) for lim in limits])
+    changes.bump()
 
 
 async def create_missing(conn: AsyncConnection, limits: Sequence[Limit]) -> None:

@@ -1,14 +1,19 @@
 """Claiming one waiting job of a task queue, atomically.
 
-PostgreSQL: a single statement. The candidates (the lowest `jobs_per_try`
-ids at the drawn user-priority level) are ordered at random and the first
-one nobody else holds is locked (`FOR UPDATE SKIP LOCKED` under a LIMIT 1:
-exactly one row is locked, locked rows are passed over, never waited for).
-It is then removed from tq_jobs, marked Matched, its event and idempotency
-key recorded - all or nothing, committed before the answer leaves.
+PostgreSQL: one statement. The candidates (the lowest `candidates` ids of
+the drawn user-priority level, or the one job asked for) are ordered at
+random and the first one nobody else holds is locked (`FOR UPDATE SKIP
+LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
+over, never waited for). It is then removed from tq_jobs, marked Matched,
+its event and idempotency key recorded - all or nothing, committed before
+the answer leaves. It runs on the driver's own connection: SQLAlchemy's
+execution layer would cost as much as the database does here.
 
 SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
 the database write lock, so no other claim can interleave.
+
+With a site-limit guard, the claimed job is checked in the claim's own
+transaction and the claim rolled back if it breaks a limit.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, update
+import psycopg
+from sqlalchemy import delete, exists, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.dialect import is_postgresql
-from app.db.tables import job_events, jobs, match_requests, tq_jobs
+from app.db.tables import job_events, jobs, match_requests, site_limits, tq_jobs
 from app.jobs.lifecycle import JobStatus
 
 
@@ -44,6 +51,15 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Missed:
+    """Nothing claimed: other matchers held every candidate, the level had no job left,
+    or (a claim without a guard) the site turned out to have limits."""
+
+    level_empty: bool
+    site_limited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Refused:
     """The claimed job broke a site limit; its claim was rolled back."""
 
@@ -53,22 +69,25 @@ class Refused:
 # Checks the claimed job inside the claim's transaction; a non-empty answer refuses it.
 Guard = Callable[[AsyncConnection, Any], Awaitable[list[dict[str, Any]]]]
 
-
 _LEVEL_CANDIDATES = """
         SELECT job_id FROM tq_jobs
-        WHERE tq_id = :tq_id AND real_priority = :level
+        WHERE tq_id = %(tq_id)s AND real_priority = %(level)s
         ORDER BY job_id
-        LIMIT :candidates"""
+        LIMIT %(candidates)s"""
 
 _NAMED_CANDIDATE = """
         SELECT job_id FROM tq_jobs
-        WHERE tq_id = :tq_id AND job_id = :job_id"""
+        WHERE tq_id = %(tq_id)s AND job_id = %(job_id)s"""
 
+# Text with fixed placeholders; every value is bound. The probes at the end read
+# the queue as it was before this statement's own delete.
 _CLAIM_SQL = """
 WITH picked AS MATERIALIZED (
     SELECT t.job_id
     FROM tq_jobs AS t
     WHERE t.job_id IN ({candidates})
+      -- a claim without a site-limit guard only runs where no limit applies
+      AND (%(guarded)s OR NOT EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s))
     ORDER BY random()
     LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
@@ -80,42 +99,40 @@ WITH picked AS MATERIALIZED (
 ), matched AS (
     UPDATE jobs
     SET status = 'Matched',
-        site = :site,
-        pilot_reference = :pilot_reference,
-        matched_by = :requester,
-        matched_at = :now,
-        lease_expires_at = :lease_until,
-        task_queue_id = :tq_id
+        site = %(site)s,
+        pilot_reference = %(pilot_reference)s,
+        matched_by = %(requester)s,
+        matched_at = %(now)s,
+        lease_expires_at = %(lease_until)s,
+        task_queue_id = %(tq_id)s
     FROM removed
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
 ), event AS (
     INSERT INTO job_events (job_id, status, at, source)
-    SELECT id, 'Matched', :now, 'match' FROM matched
+    SELECT id, 'Matched', %(now)s, 'match' FROM matched
 ), request AS (
     INSERT INTO match_requests (requester, request_id, job_id, created_at)
-    SELECT :requester, CAST(:request_id AS varchar), id, :now FROM matched
-    WHERE CAST(:request_id AS varchar) IS NOT NULL
+    SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s FROM matched
+    WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
 )
 SELECT matched.*,
-       -- jobs in the TQ before this claim (this statement cannot see its own delete)
-       (SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = :tq_id LIMIT 2) AS s) AS jobs_before
-FROM matched
+       EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s) AS site_limited,
+       EXISTS (SELECT 1 FROM tq_jobs
+               WHERE tq_id = %(tq_id)s AND real_priority = CAST(%(level)s AS float8)) AS level_left,
+       (SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = %(tq_id)s LIMIT 2) AS s) AS jobs_before
+FROM (SELECT 1) AS one LEFT JOIN matched ON true
 """
 
-CLAIM_LEVEL = text(_CLAIM_SQL.format(candidates=_LEVEL_CANDIDATES))
-CLAIM_NAMED = text(_CLAIM_SQL.format(candidates=_NAMED_CANDIDATE))
+CLAIM_LEVEL = _CLAIM_SQL.format(candidates=_LEVEL_CANDIDATES)
+CLAIM_NAMED = _CLAIM_SQL.format(candidates=_NAMED_CANDIDATE)
 
 
-async def level_weights(conn: AsyncConnection, tq_id: int) -> list[tuple[float, int]]:
-    """(real priority, number of jobs) per user-priority level of the TQ."""
-    stmt = (
-        select(tq_jobs.c.real_priority, func.count())
-        .where(tq_jobs.c.tq_id == tq_id)
-        .group_by(tq_jobs.c.real_priority)
-        .order_by(tq_jobs.c.real_priority)
-    )
-    return [(float(p), int(n)) for p, n in (await conn.execute(stmt)).all()]
+class _Row:
+    """Attribute access to a result row by column name."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
 
 
 async def claim(
@@ -130,8 +147,8 @@ async def claim(
     lease_until: datetime,
     rng: random.Random,
     guard: Guard | None = None,
-) -> Claimed | Refused | None:
-    """Claim one job in its own transaction; None if the pick was lost or the TQ ran dry."""
+) -> Claimed | Missed | Refused:
+    """Claim one job in its own transaction."""
     params = {
         "tq_id": target.tq_id,
         "level": target.level,
@@ -143,25 +160,52 @@ async def claim(
         "request_id": request_id,
         "now": now,
         "lease_until": lease_until,
+        "guarded": guard is not None,
     }
+    statement = CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
+    if guard is None and is_postgresql(conn):
+        return _outcome(await _execute(conn, statement, params))
     async with conn.begin() as transaction:
         if is_postgresql(conn):
-            statement = CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
-            row = (await conn.execute(statement, params)).first()
-            claimed = None if row is None else Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
+            outcome = _outcome((await conn.exec_driver_sql(statement, params)).one())
         else:
-            claimed = await _claim_serialised(conn, target, params, rng)
-        if claimed is not None and guard is not None:
-            reasons = await guard(conn, claimed.job)
+            outcome = await _claim_serialised(conn, target, params, rng)
+        if isinstance(outcome, Claimed) and guard is not None:
+            reasons = await guard(conn, outcome.job)
             if reasons:
                 await transaction.rollback()
                 return Refused(reasons)
-    return claimed
+    return outcome
+
+
+def _outcome(row: Any) -> Claimed | Missed:
+    if row.id is None:
+        return Missed(level_empty=not row.level_left, site_limited=row.site_limited)
+    return Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
+
+
+async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _Row:
+    """Run the statement on the driver's own connection, in its own transaction.
+
+    Driver errors become SQLAlchemy's, so that outages answer 503 as elsewhere,
+    and a broken connection is dropped from the pool.
+    """
+    raw = (await conn.get_raw_connection()).driver_connection
+    try:
+        async with raw.transaction():
+            cursor = await raw.execute(sql, params)
+            row = await cursor.fetchone()
+    except psycopg.Error as exc:
+        broken = raw.broken or raw.closed
+        if broken:
+            await conn.invalidate()
+        raise DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken) from exc
+    return _Row(dict(zip((c.name for c in cursor.description), row)))
 
 
 async def _claim_serialised(
     conn: AsyncConnection, target: ClaimTarget, params: dict[str, Any], rng: random.Random
-) -> Claimed | None:
+) -> Claimed | Missed:
     candidates = select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == target.tq_id)
     if target.job_id is not None:
         candidates = candidates.where(tq_jobs.c.job_id == target.job_id)
@@ -171,9 +215,13 @@ async def _claim_serialised(
             .order_by(tq_jobs.c.job_id)
             .limit(target.candidates)
         )
+    if not params["guarded"]:
+        limited = exists().where(site_limits.c.site == params["site"])
+        if (await conn.execute(select(limited))).scalar():
+            return Missed(level_empty=False, site_limited=True)
     ids = (await conn.execute(candidates)).scalars().all()
     if not ids:
-        return None
+        return Missed(level_empty=True)  # the write lock is ours: nobody else holds a candidate
     job_id = rng.choice(ids)
     jobs_before = (
         await conn.execute(
@@ -200,11 +248,9 @@ async def _claim_serialised(
         )
     ).first()
     if row is None:
-        return None
+        return Missed(level_empty=False)
     await conn.execute(
-        insert(job_events).values(
-            job_id=job_id, status=JobStatus.Matched.value, at=params["now"], source="match"
-        )
+        insert(job_events).values(job_id=job_id, status=JobStatus.Matched.value, at=params["now"], source="match")
     )
     if params["request_id"] is not None:
         await conn.execute(
@@ -216,3 +262,11 @@ async def _claim_serialised(
             )
         )
     return Claimed(job=row, tq_now_empty=jobs_before <= 1)
+
+
+async def queue_of(conn: AsyncConnection, job_id: int) -> tuple[int, float] | None:
+    """(TQ, level) of a waiting job; None when it is not waiting."""
+    row = (
+        await conn.execute(select(tq_jobs.c.tq_id, tq_jobs.c.real_priority).where(tq_jobs.c.job_id == job_id))
+    ).first()
+    return None if row is None else (row.tq_id, float(row.real_priority))

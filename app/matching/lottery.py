@@ -16,6 +16,8 @@ import math
 import random
 from collections.abc import Sequence
 
+import numpy as np
+
 from app.settings import Lottery
 
 _GAUSS_NODES = 96
@@ -30,34 +32,36 @@ def _uniform(rng: random.Random) -> float:
 
 
 def draw(
-    weights: Sequence[float],
+    weights: Sequence[float] | np.ndarray,
     mode: Lottery,
     rng: random.Random,
-    counts: Sequence[int] | None = None,
+    counts: Sequence[int] | np.ndarray | None = None,
 ) -> int:
-    """Index of the winner. Non-positive weights only win when all are."""
-    if not weights:
+    """Index of the winner. Non-positive weights only win when all are.
+
+    Vectorised: matching draws among thousands of task queues per request.
+    `exact` inverts the cumulative distribution with one uniform, which is the
+    same law as the exponential race (P(i) = w_i n_i / sum).
+    """
+    w = np.asarray(weights, dtype=float)
+    if w.size == 0:
         raise ValueError("cannot draw from nothing")
-    if counts is None:
-        counts = [1] * len(weights)
-    positive = [i for i, w in enumerate(weights) if w > 0]
-    if not positive:
-        return rng.randrange(len(weights))
+    positive = w > 0
+    if not positive.any():
+        return rng.randrange(w.size)
     if mode is Lottery.highest:
-        top = max(weights[i] for i in positive)
-        return rng.choice([i for i in positive if weights[i] == top])
-    best, best_key = positive[0], math.inf
-    for i in positive:
-        u = _uniform(rng)
-        if mode is Lottery.exact:
-            # min of n Exp(1)/w equals Exp(1)/(n*w)
-            key = -math.log(u) / (weights[i] * counts[i])
-        else:
-            # min of n uniforms is 1-(1-U)^(1/n); U and 1-U are alike
-            key = (1.0 - u ** (1.0 / counts[i])) / weights[i]
-        if key < best_key:
-            best, best_key = i, key
-    return best
+        winners = np.flatnonzero(positive & (w == w[positive].max()))
+        return int(winners[rng.randrange(winners.size)])
+    n = 1.0 if counts is None else np.asarray(counts, dtype=float)
+    if mode is Lottery.exact:
+        cumulative = np.cumsum(np.where(positive, w * n, 0.0))
+        index = int(np.searchsorted(cumulative, _uniform(rng) * cumulative[-1], side="left"))
+        return min(index, w.size - 1)
+    # dirac: the first of n uniforms is 1-(1-U)^(1/n) (U and 1-U are alike); smallest U/w wins
+    u = 1.0 - np.random.default_rng(rng.getrandbits(64)).random(w.size)  # in (0, 1]
+    with np.errstate(divide="ignore"):
+        keys = np.where(positive, (1.0 - u ** (1.0 / n)) / np.where(positive, w, 1.0), np.inf)
+    return int(np.argmin(keys))
 
 
 def probabilities(weights: Sequence[float], mode: Lottery) -> list[float]:

@@ -12,17 +12,16 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import utcnow
-from app.db.dialect import is_postgresql
 from app.db.engine import read_transaction
 from app.db.tables import jobs, match_requests
 from app.jobs.store import job_dict, lease_until
 from app.limits import store as limit_store
 from app.limits.rules import SiteLimits, with_banned
-from app.matching.choice import Candidate, chances, choose
-from app.matching.claim import ClaimTarget, Guard, Refused, claim, level_weights
-from app.matching.eligibility import eligible_task_queues
-from app.matching import one_statement
-from app.matching.lottery import draw
+from app.matching.catalog import Catalog, bit
+from app.matching.choice import chances, choose, choose_level
+from app.matching.claim import ClaimTarget, Claimed, Guard, Refused, claim, queue_of
+from app.matching.eligibility import eligible
+from app.matching.keeper import Keeper
 from app.matching.resource import ResourceDescription, ResourceQuery
 from app.metrics import CLAIM_CONFLICTS, MATCH_DURATION, MATCH_REQUESTS, SITE_LIMIT_EXCLUSIONS
 from app.settings import Settings
@@ -30,12 +29,9 @@ from app.taskqueues import store as tq_store
 
 log = logging.getLogger("fairmatch.matching")
 
-
-async def _eligible(conn: AsyncConnection, query: ResourceQuery) -> list[Candidate]:
-    statement, params = eligible_task_queues(query, is_postgresql(conn))
-    async with read_transaction(conn):
-        rows = (await conn.execute(statement, params)).all()
-    return [Candidate(r.id, r.priority_class, r.cpu_time, r.priority) for r in rows]
+# Steps of one match: each claims, or learns something for good (a level or TQ
+# found empty, a TQ a limit refuses), so the loop ends long before this.
+MAX_STEPS = 64
 
 
 async def _previous_match(
@@ -63,6 +59,7 @@ async def match(
     settings: Settings,
     rng: random.Random,
     requester: str,
+    keeper: Keeper,
 ) -> dict[str, Any] | None:
     """Claim the job this resource should run now; None when nothing is eligible.
 
@@ -71,11 +68,24 @@ async def match(
     started = time.perf_counter()
     result = "error"
     try:
-        job, result = await _match(conn, resource, settings, rng, requester)
+        job, result = await _match(conn, resource, settings, rng, requester, keeper)
         return job
     finally:
         MATCH_REQUESTS.labels(result).inc()
         MATCH_DURATION.observe(time.perf_counter() - started)
+
+
+def _pool(catalog: Catalog, query: ResourceQuery, passed_over: set[int], named_tq: int | None) -> int:
+    """The eligible TQs, less those passed over; only the named job's TQ when one is named."""
+    pool = eligible(catalog, query)
+    if named_tq is not None:
+        entry = catalog.entries.get(named_tq)
+        return pool & bit(entry.position) if entry is not None else 0
+    for tq_id in passed_over:
+        entry = catalog.entries.get(tq_id)
+        if entry is not None:
+            pool &= ~bit(entry.position)
+    return pool
 
 
 async def _match(
@@ -84,6 +94,7 @@ async def _match(
     settings: Settings,
     rng: random.Random,
     requester: str,
+    keeper: Keeper,
 ) -> tuple[dict[str, Any] | None, str]:
     """The job (or None) and how the request ended, for the metrics."""
     query = resource.to_query()
@@ -91,37 +102,41 @@ async def _match(
         previous = await _previous_match(conn, requester, resource.request_id)
         if previous is not None:
             return previous, "replayed"
-    if is_postgresql(conn) and query.job_id is None:
-        answered = await _match_in_one_statement(conn, resource, query, settings, requester)
-        if answered is not None:
-            return answered
-        # the site has limits: the general path checks them
-    limits = await _site_limits(conn, query.site)
+    catalog = await keeper.current(conn)
     guard = None
-    if limits is not None:
-        query = _restricted(query, limits)
-        guard = _limit_guard(limits, query.site)
+    if query.site in catalog.limited_sites:
+        query, guard = await _limited(conn, query)
+    named_tq = named_level = None
+    if query.job_id is not None:
+        async with read_transaction(conn):
+            queued = await queue_of(conn, query.job_id)
+        if queued is None:
+            return None, "no_match"
+        named_tq, named_level = queued
     options = settings.matching
-    passed_over: set[int] = set()  # TQs found empty, or refused by a limit, during this request
-    for attempt in range(options.claim_attempts):
-        candidates = [c for c in await _eligible(conn, query) if c.tq_id not in passed_over]
-        chosen = choose(candidates, options, rng)
-        if chosen is None:
+    passed_over: set[int] = set()  # TQs a site limit refused during this request
+    conflicts = 0
+    refreshed = drained = False
+    for _ in range(MAX_STEPS):
+        entry = choose(catalog, _pool(catalog, query, passed_over, named_tq), options, rng)
+        if entry is None:
+            # perhaps what is eligible is too new to be known: the copy is old, or proved behind
+            if not refreshed and (keeper.stale() or drained):
+                await keeper.refresh(conn)
+                catalog, refreshed = keeper.catalog, True
+                continue
             _log_decision(resource, None, None)
             return None, "no_match"
-        if query.job_id is not None:
-            target = ClaimTarget(chosen.tq_id, job_id=query.job_id)
+        if named_tq is not None:
+            target = ClaimTarget(entry.tq_id, level=named_level, job_id=query.job_id)
         else:
-            async with read_transaction(conn):
-                levels = await level_weights(conn, chosen.tq_id)
-            if not levels:
-                passed_over.add(chosen.tq_id)
+            level = choose_level(entry, options, rng)
+            if level is None:
+                catalog.drain(entry)
+                drained = True
                 continue
-            index = draw([p for p, _ in levels], options.lottery, rng, counts=[n for _, n in levels])
             # widen the window when a crowd of matchers holds the lowest ids
-            target = ClaimTarget(
-                chosen.tq_id, level=levels[index][0], candidates=options.jobs_per_try << attempt
-            )
+            target = ClaimTarget(entry.tq_id, level=level, candidates=options.jobs_per_try << min(conflicts, 10))
         now = utcnow()
         try:
             claimed = await claim(
@@ -142,57 +157,29 @@ async def _match(
             for rule in {reason["rule"] for reason in claimed.reasons}:
                 SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
             query = with_banned(query, claimed.reasons)  # other TQs of that value are out too
-            passed_over.add(chosen.tq_id)
+            passed_over.add(entry.tq_id)
             continue
-        if claimed is None:
-            CLAIM_CONFLICTS.inc()
+        if isinstance(claimed, Claimed):
+            if claimed.tq_now_empty:
+                catalog.drain(entry)
+                await _tidy_empty_queue(conn, entry.tq_id)
+            _log_decision(resource, entry.tq_id, claimed.job.id)
+            return _answer(claimed.job, entry.tq_id), "matched"
+        if claimed.site_limited and guard is None:  # limits this process has not heard of yet
+            query, guard = await _limited(conn, query)
+            await keeper.refresh(conn)
+            catalog = keeper.catalog
             continue
-        if claimed.tq_now_empty:
-            await _tidy_empty_queue(conn, chosen.tq_id)
-        _log_decision(resource, chosen.tq_id, claimed.job.id)
-        return _answer(claimed.job, chosen.tq_id), "matched"
-    return None, "no_match"
-
-
-async def _match_in_one_statement(
-    conn: AsyncConnection, resource: ResourceDescription, query: ResourceQuery, settings: Settings, requester: str
-) -> tuple[dict[str, Any] | None, str] | None:
-    """The PostgreSQL hot path; None when the site has limits."""
-    options = settings.matching
-    passed_over: list[int] = []  # TQs found empty during this request
-    for attempt in range(options.claim_attempts):
-        now = utcnow()
-        try:
-            outcome = await one_statement.match_once(
-                conn,
-                query,
-                options,
-                passed_over=passed_over,
-                candidates=options.jobs_per_try << attempt,  # wider when a crowd holds the lowest ids
-                pilot_site=resource.site,
-                pilot_reference=resource.pilot_reference,
-                requester=requester,
-                request_id=resource.request_id,
-                now=now,
-                lease_until=lease_until(now, settings),
-            )
-        except IntegrityError as exc:
-            return await _replayed(conn, resource, requester, exc)
-        if outcome.site_limited:
-            return None
-        if outcome.tq_id is None:
-            _log_decision(resource, None, None)
-            return None, "no_match"
-        if outcome.job is None:
-            if outcome.jobs_before == 0:
-                passed_over.append(outcome.tq_id)
-            else:
-                CLAIM_CONFLICTS.inc()
+        if named_tq is not None:
+            return None, "no_match"  # the job asked for left the queue meanwhile
+        if claimed.level_empty:
+            catalog.drain(entry, target.level)
+            drained = True
             continue
-        if outcome.jobs_before <= 1:
-            await _tidy_empty_queue(conn, outcome.tq_id)
-        _log_decision(resource, outcome.tq_id, outcome.job.id)
-        return _answer(outcome.job, outcome.tq_id), "matched"
+        CLAIM_CONFLICTS.inc()
+        conflicts += 1
+        if conflicts >= options.claim_attempts:
+            break
     return None, "no_match"
 
 
@@ -203,6 +190,14 @@ async def _replayed(
     if resource.request_id is None:
         raise exc
     return await _previous_match(conn, requester, resource.request_id), "replayed"
+
+
+async def _limited(conn: AsyncConnection, query: ResourceQuery) -> tuple[ResourceQuery, Guard | None]:
+    """The query less what the site's limits ban now, and the claim's check of them."""
+    limits = await _site_limits(conn, query.site)
+    if limits is None:
+        return query, None
+    return _restricted(query, limits), _limit_guard(limits, query.site)
 
 
 def _limit_guard(limits: SiteLimits, site: str) -> Guard:
@@ -246,24 +241,35 @@ async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
 
 
 async def explain(
-    conn: AsyncConnection, resource: ResourceDescription, settings: Settings
+    conn: AsyncConnection, resource: ResourceDescription, settings: Settings, keeper: Keeper
 ) -> list[dict[str, Any]]:
-    """The eligible TQs, each with the probability that a match draws it.
+    """The eligible TQs, each with the probability that a match draws it: the very
+    selection /match makes, on the latest state.
 
     A TQ a site limit keeps out now is listed with probability 0 and the
     limits that exclude it (`excluded_by`).
     """
     query = resource.to_query()
-    candidates = await _eligible(conn, query)
-    if not candidates:
-        return []
+    await keeper.refresh(conn)
+    catalog = keeper.catalog
+    named_tq = None
     async with read_transaction(conn):
-        tqs = await tq_store.read_task_queues(conn, [c.tq_id for c in candidates])
+        if query.job_id is not None:
+            queued = await queue_of(conn, query.job_id)
+            if queued is None:
+                return []
+            named_tq = queued[0]
+        pool = _pool(catalog, query, set(), named_tq)
+        tqs = [tq for tq in await tq_store.read_task_queues(conn, catalog.tq_ids(pool)) if tq["jobs"] > 0]
         limits = await limit_store.of_site(conn, query.site, utcnow())
+    listed = {tq["task_queue_id"] for tq in tqs}
+    for entry in catalog.entries_in(pool):
+        if entry.tq_id not in listed:
+            catalog.drain(entry)  # emptied since the catalog last heard of it
+    if limits is not None:
+        query = limits.restrict(query)
+    odds = chances(catalog, _pool(catalog, query, set(), named_tq), settings.matching)
     for tq in tqs:
         tq["excluded_by"] = limits.reasons_for(tq) if limits is not None else []
-    excluded = {tq["task_queue_id"] for tq in tqs if tq["excluded_by"]}
-    odds = chances([c for c in candidates if c.tq_id not in excluded], settings.matching)
-    for tq in tqs:
         tq["probability"] = odds.get(tq["task_queue_id"], 0.0)
     return sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"]))

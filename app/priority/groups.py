@@ -20,6 +20,7 @@ from app.db.tables import groups
 from app.errors import NotFound
 from app.fields import Int, Name
 from app.settings import GroupSettings
+from app.taskqueues import changes
 
 # The only property with an effect; others (DIRAC's NormalUser, ...) are kept as given.
 JOB_SHARING = "JOB_SHARING"
@@ -135,6 +136,11 @@ async def get_group(
     return _as_dict(row)
 
 
+async def sharing_groups(conn: AsyncConnection) -> frozenset[str]:
+    """Groups with JOB_SHARING (matched by group alone). Inside the caller's transaction."""
+    return frozenset((await conn.execute(select(groups.c.name).where(groups.c.job_sharing.is_(True)))).scalars())
+
+
 async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tuple[dict[str, Any], bool]:
     """Create or replace a group in one transaction; returns (the stored group, created?).
 
@@ -149,4 +155,5 @@ async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tupl
         if not created:
             await conn.execute(update(groups).where(groups.c.name == name).values(**values))
         row = (await conn.execute(select(groups).where(groups.c.name == name))).one()
+    changes.bump()
     return _as_dict(row), created

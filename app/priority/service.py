@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.accounting import usage
 from app.clock import as_utc, utcnow
 from app.db.advisory import lock, try_lock
+from app.db.dialect import change_time
 from app.db.tables import (
     associations,
     groups,
@@ -41,6 +42,8 @@ from app.priority import (
 from app.priority.corrections_config import CorrectionsConfig
 from app.priority.facts import TqFacts
 from app.settings import PrioritySettings, Settings
+from app.taskqueues import changes as change_signal
+from app.taskqueues import store as tq_store
 
 PRIORITY_LOCK = 7_100_001
 NO_CORRECTIONS = CorrectionsConfig()
@@ -57,31 +60,49 @@ def configured_corrections(priority: PrioritySettings) -> CorrectionsConfig:
 
 
 async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = None) -> list[dict]:
-    """Every TQ with waiting jobs: keys, current priority, and its jobs' real priorities."""
+    """Every TQ with waiting jobs: keys, current priority and levels, and its jobs per level.
+
+    One pass over the waiting jobs, grouped by (TQ, level): the averages and
+    sums the policies weigh with, and the level counts matching draws from.
+    """
     tq = task_queues
-    waiting = select(
+    per_level = select(
         tq_jobs.c.tq_id,
+        tq_jobs.c.real_priority,
         func.count().label("jobs"),
-        func.avg(tq_jobs.c.real_priority).label("avg_rp"),
-        func.sum(tq_jobs.c.real_priority).label("sum_rp"),
         # ids grow with submission: the lowest is the oldest waiting job
         func.min(tq_jobs.c.job_id).label("oldest_job"),
-    ).group_by(tq_jobs.c.tq_id)
+    ).group_by(tq_jobs.c.tq_id, tq_jobs.c.real_priority)
     if only_groups is not None:
         # filter before aggregating: the planner cannot push it through the GROUP BY
         in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
-        waiting = waiting.where(tq_jobs.c.tq_id.in_(in_groups))
-    waiting = waiting.subquery()
+        per_level = per_level.where(tq_jobs.c.tq_id.in_(in_groups))
+    per_level = per_level.subquery()
     stmt = (
         select(
             tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-            tq.c.job_class, tq.c.priority, tq.c.priority_origin,
-            waiting.c.jobs, waiting.c.avg_rp, waiting.c.sum_rp, jobs.c.submitted_at,
+            tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
+            per_level.c.real_priority, per_level.c.jobs, jobs.c.submitted_at,
         )
-        .join(waiting, waiting.c.tq_id == tq.c.id)
-        .join(jobs, jobs.c.id == waiting.c.oldest_job)
+        .join(per_level, per_level.c.tq_id == tq.c.id)
+        .join(jobs, jobs.c.id == per_level.c.oldest_job)
     )  # fmt: skip
-    return [row._asdict() for row in await conn.execute(stmt)]
+    loads: dict[int, dict] = {}
+    for row in await conn.execute(stmt):
+        load = loads.get(row.id)
+        if load is None:
+            load = loads[row.id] = {
+                **{k: getattr(row, k) for k in ("id", "owner", "owner_group", "vo", "cpu_time", "priority_class",
+                                                "job_class", "priority", "priority_origin", "stored_levels")},
+                "levels": {}, "submitted_at": row.submitted_at,
+            }  # fmt: skip
+        load["levels"][float(row.real_priority)] = int(row.jobs)
+        load["submitted_at"] = min(load["submitted_at"], row.submitted_at)
+    for load in loads.values():
+        load["jobs"] = sum(load["levels"].values())
+        load["sum_rp"] = sum(p * n for p, n in load["levels"].items())
+        load["avg_rp"] = load["sum_rp"] / load["jobs"]
+    return list(loads.values())
 
 
 async def _group_policies(conn: AsyncConnection) -> dict[str, dirac.GroupPolicy]:
@@ -156,20 +177,46 @@ class Outcome:
 
 
 async def _apply(conn: AsyncConnection, rows: list[dict], outcome: Outcome) -> int:
-    """Write the priorities that changed, in id order (a stable lock order)."""
-    changes = [
-        {"tq": r["id"], "priority": outcome.priorities[r["id"]], "origin": outcome.origins[r["id"]]}
-        for r in sorted(rows, key=lambda r: r["id"])
-        if r["priority"] != outcome.priorities[r["id"]] or r["priority_origin"] != outcome.origins[r["id"]]
-    ]
+    """Write the priorities and level counts that changed, in id order (a stable lock
+    order). Returns how many priorities changed."""
+    changes = []
+    changed_priorities = 0
+    for r in sorted(rows, key=lambda r: r["id"]):
+        priority, origin = outcome.priorities[r["id"]], outcome.origins[r["id"]]
+        levels = tq_store.stored_levels(r["levels"])
+        new_priority = r["priority"] != priority or r["priority_origin"] != origin
+        if new_priority or tq_store.stored_levels(tq_store.levels_of(r["stored_levels"])) != levels:
+            changed_priorities += new_priority
+            changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels})
     if changes:
         await conn.execute(
             update(task_queues)
             .where(task_queues.c.id == bindparam("tq"))
-            .values(priority=bindparam("priority"), priority_origin=bindparam("origin")),
+            .values(
+                priority=bindparam("priority"),
+                priority_origin=bindparam("origin"),
+                levels=bindparam("levels"),
+                changed_at=change_time(conn),
+            ),
             changes,
         )
-    return len(changes)
+        change_signal.bump()
+    return changed_priorities
+
+
+async def _forget_drained_levels(conn: AsyncConnection) -> None:
+    """TQs whose last job left still list levels (claims do not subtract): empty them,
+    so that no matcher draws from them again."""
+    result = await conn.execute(
+        update(task_queues)
+        .where(
+            func.json_array_length(task_queues.c.levels) > 0,
+            ~exists().where(tq_jobs.c.tq_id == task_queues.c.id),
+        )
+        .values(levels=[], changed_at=change_time(conn))
+    )
+    if result.rowcount:
+        change_signal.bump()
 
 
 def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool) -> dict[str, Any]:
@@ -298,6 +345,7 @@ async def recompute(
         rows = await _loads(conn)
         outcome = await DECIDERS[settings.priority.policy](conn, settings, corrections, rows, started)
         changed = await _apply(conn, rows, outcome)
+        await _forget_drained_levels(conn)
         finished = utcnow()
         report = {
             "policy": settings.priority.policy,

@@ -13,17 +13,19 @@ On SQLite every writing transaction holds the database write lock
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, func, select
+from sqlalchemy import bindparam, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import as_utc
-from app.db.dialect import insert_ignoring_conflicts, is_postgresql
+from app.db.dialect import change_time, database_now, insert_ignoring_conflicts, is_postgresql
 from app.db.tables import MULTI_VALUE_FIELDS, task_queues, tq_jobs, tq_values
+from app.taskqueues import changes
 from app.taskqueues.requirements import Requirements
 
 CHUNK = 1000  # rows per multi-row statement: well under every driver's parameter limit
@@ -77,7 +79,9 @@ async def _insert_new(
                 "priority_class": r.priority_class,
                 "job_class": r.job_class,
                 "priority": INITIAL_PRIORITY,
+                "levels": [],
                 "created_at": now,
+                "changed_at": change_time(conn),
                 **{field: list(r.values(field)) for field in MULTI_VALUE_FIELDS},
             }
             for r in part
@@ -101,7 +105,9 @@ async def _lock_existing(conn: AsyncConnection, hashes: Sequence[str]) -> dict[s
             task_queues.c.requirements_hash.in_(part)
         )
         if is_postgresql(conn):
-            stmt = stmt.with_for_update(read=True)
+            # the lock `queued` updates the row under: taking a weaker one first
+            # would let two submitters deadlock upgrading it
+            stmt = stmt.with_for_update(key_share=True)
         found.update({h: i for h, i in (await conn.execute(stmt)).all()})
     return found
 
@@ -124,7 +130,10 @@ async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
                     ~exists().where(tq_jobs.c.tq_id == tq_id),
                 )
             )
-            return result.rowcount > 0
+            deleted = result.rowcount > 0
+        if deleted:
+            changes.bump()
+        return deleted
     except IntegrityError:
         return False  # a job arrived after all: the TQ stays
 
@@ -141,6 +150,60 @@ async def delete_all_empty(conn: AsyncConnection) -> int:
     for tq_id in empty:
         deleted += await delete_if_empty(conn, tq_id)
     return deleted
+
+
+def levels_of(stored: Sequence[Sequence[float]] | None) -> dict[float, int]:
+    """`task_queues.levels` as {real priority: jobs}."""
+    return {float(p): int(n) for p, n in stored or ()}
+
+
+def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
+    return [[p, n] for p, n in sorted(levels.items()) if n > 0]
+
+
+async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
+    """Record jobs that just entered TQs, per level, in the caller's transaction (which
+    holds those TQs from `find_or_create`).
+
+    New jobs are added to their level's count. Jobs coming back (a lapsed
+    match, a changed priority) were never subtracted when they left, so they
+    only make a missing level appear. Either way the row's `changed_at`
+    moves, which is how matchers in other processes hear of the jobs.
+    """
+    if not arrivals:
+        return
+    ids = sorted(arrivals)
+    stored = dict(
+        (await conn.execute(select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids)))).all()
+    )
+    rows = []
+    for tq_id in ids:
+        levels = levels_of(stored.get(tq_id))
+        for level, jobs in arrivals[tq_id].items():
+            if new_jobs:
+                levels[level] = levels.get(level, 0) + jobs
+            elif levels.get(level, 0) <= 0:
+                levels[level] = jobs
+        rows.append({"tq": tq_id, "levels": stored_levels(levels)})
+    await conn.execute(
+        update(task_queues)
+        .where(task_queues.c.id == bindparam("tq"))
+        .values(levels=bindparam("levels"), changed_at=change_time(conn)),
+        rows,
+    )
+    changes.bump()
+
+
+async def changed_since(conn: AsyncConnection, since: datetime | None) -> tuple[datetime, list[Any]]:
+    """The database's time now, and every TQ row changed after `since` (all without it).
+
+    Must run inside the caller's (read) transaction.
+    """
+    now = await database_now(conn)
+    stmt = select(task_queues)
+    if since is not None:
+        stmt = stmt.where(task_queues.c.changed_at > since)
+    return now, (await conn.execute(stmt)).all()
 
 
 async def read_task_queues(

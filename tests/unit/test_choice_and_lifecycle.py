@@ -6,43 +6,86 @@ from collections import Counter
 import pytest
 
 from app.jobs.lifecycle import FINAL, JobStatus, allowed
-from app.matching.choice import Candidate, chances, choose, finalists
+from app.matching.choice import chances, choose, choose_level, finalists
 from app.settings import Lottery, MatchingSettings
+from tests.unit.catalogs import catalog_of, tq_row
 
 TQS = [
-    Candidate(1, priority_class=0, cpu_time=3600, priority=1),
-    Candidate(2, priority_class=0, cpu_time=86400, priority=1),
-    Candidate(3, priority_class=0, cpu_time=86400, priority=3),
-    Candidate(4, priority_class=-5, cpu_time=1080000, priority=100),
+    tq_row(1, priority_class=0, cpu_time=3600, priority=1),
+    tq_row(2, priority_class=0, cpu_time=86400, priority=1),
+    tq_row(3, priority_class=0, cpu_time=86400, priority=3),
+    tq_row(4, priority_class=-5, cpu_time=1080000, priority=100),
 ]
 
 
+def _ids(catalog, bits):
+    return list(catalog.tq_ids(bits))
+
+
 def test_priority_class_is_strict_then_longest_cpu():
-    assert [c.tq_id for c in finalists(TQS, prefer_longest_cpu=True)] == [2, 3]
-    assert [c.tq_id for c in finalists(TQS, prefer_longest_cpu=False)] == [1, 2, 3]
+    catalog = catalog_of(TQS)
+    assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=True)) == [2, 3]
+    assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=False)) == [1, 2, 3]
 
 
 def test_a_higher_class_wins_whatever_the_priorities():
-    boosted = TQS + [Candidate(5, priority_class=1, cpu_time=360, priority=0.001)]
+    catalog = catalog_of(TQS + [tq_row(5, priority_class=1, cpu_time=360, priority=0.001)])
     settings = MatchingSettings(lottery=Lottery.exact)
-    assert {choose(boosted, settings, random.Random(s)).tq_id for s in range(200)} == {5}
+    assert {choose(catalog, catalog.live, settings, random.Random(s)).tq_id for s in range(200)} == {5}
+
+
+def test_the_next_class_takes_over_when_the_top_one_is_not_eligible():
+    catalog = catalog_of(TQS)
+    without_class_0 = catalog.live & catalog.classes[-5]
+    settings = MatchingSettings(lottery=Lottery.exact)
+    assert choose(catalog, without_class_0, settings, random.Random(1)).tq_id == 4
 
 
 def test_chances_cover_finalists_only():
-    odds = chances(TQS, MatchingSettings(lottery=Lottery.exact))
+    catalog = catalog_of(TQS)
+    odds = chances(catalog, catalog.live, MatchingSettings(lottery=Lottery.exact))
     assert odds == {1: 0.0, 2: 0.25, 3: 0.75, 4: 0.0}
 
 
 def test_choose_follows_chances():
+    catalog = catalog_of(TQS)
     settings = MatchingSettings(lottery=Lottery.exact, prefer_longest_cpu=False)
     rng = random.Random(11)
-    wins = Counter(choose(TQS, settings, rng).tq_id for _ in range(20_000))
-    for tq_id, p in chances(TQS, settings).items():
-        assert abs(wins[tq_id] / 20_000 - p) < 0.02
+    draws = 20_000
+    wins = Counter(choose(catalog, catalog.live, settings, rng).tq_id for _ in range(draws))
+    for tq_id, p in chances(catalog, catalog.live, settings).items():
+        sigma = (p * (1 - p) / draws) ** 0.5
+        assert abs(wins[tq_id] / draws - p) <= 5 * sigma + 1e-9
 
 
 def test_nothing_eligible_chooses_nothing():
-    assert choose([], MatchingSettings(lottery=Lottery.exact), random.Random(1)) is None
+    catalog = catalog_of(TQS)
+    assert choose(catalog, 0, MatchingSettings(lottery=Lottery.exact), random.Random(1)) is None
+    assert choose(catalog_of([]), 0, MatchingSettings(lottery=Lottery.exact), random.Random(1)) is None
+
+
+def test_levels_are_drawn_by_jobs_times_real_priority():
+    """60 jobs at 1, 25 at 2, 15 at 3: P = 60:50:45 (DIRAC's per-job draw)."""
+    catalog = catalog_of([tq_row(1, levels=[[1.0, 60], [2.0, 25], [3.0, 15]])])
+    entry = catalog.entries[1]
+    settings = MatchingSettings(lottery=Lottery.exact)
+    rng = random.Random(5)
+    draws = 30_000
+    wins = Counter(choose_level(entry, settings, rng) for _ in range(draws))
+    for level, weight in ((1.0, 60), (2.0, 50), (3.0, 45)):
+        p = weight / 155
+        assert abs(wins[level] / draws - p) <= 5 * (p * (1 - p) / draws) ** 0.5
+
+
+def test_a_drained_level_is_passed_over_and_a_drained_queue_leaves_the_draw():
+    catalog = catalog_of([tq_row(1, levels=[[1.0, 5], [3.0, 5]]), tq_row(2, priority=1)])
+    entry = catalog.entries[1]
+    settings = MatchingSettings(lottery=Lottery.exact)
+    catalog.drain(entry, 3.0)
+    assert {choose_level(entry, settings, random.Random(s)) for s in range(50)} == {1.0}
+    catalog.drain(entry, 1.0)
+    assert choose_level(entry, settings, random.Random(1)) is None
+    assert _ids(catalog, catalog.live) == [2]
 
 
 LEGAL = {

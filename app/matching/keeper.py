@@ -1,0 +1,90 @@
+"""Keeps this process's catalog of task queues current.
+
+- Every `matching.refresh_seconds` it reads the TQ rows whose `changed_at`
+  is later than its last read, less `matching.refresh_margin_seconds` (a
+  transaction that wrote a row before the last read may commit after it),
+  plus the JOB_SHARING groups and the sites with limits.
+- Every `matching.reload_seconds` it reads the whole table into a new
+  catalog (TQs deleted by other processes leave it then).
+- Before a match, it catches up at once if this process changed task queues,
+  groups or limits itself since its last read, and before answering that
+  nothing is eligible if its last read is older than `matching.refresh_seconds`.
+
+So a TQ created by another process is matchable within refresh_seconds plus
+one poll (0.25 s + the time of a read by default), and one created by this
+process at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db.engine import read_transaction
+from app.limits import store as limit_store
+from app.matching.catalog import Catalog
+from app.priority import groups as group_store
+from app.settings import MatchingSettings
+from app.taskqueues import changes
+from app.taskqueues import store as tq_store
+
+log = logging.getLogger("fairmatch.matching")
+
+
+class Keeper:
+    def __init__(self, settings: MatchingSettings) -> None:
+        self.settings = settings
+        self.catalog = Catalog()
+        self._read_until = None  # the database's time of the last read
+        self._read_at = -float("inf")  # time.monotonic() of the last read
+        self._loaded_at = -float("inf")
+        self._generation = -1
+        self._lock = asyncio.Lock()
+
+    def stale(self) -> bool:
+        return time.monotonic() - self._read_at > self.settings.refresh_seconds
+
+    async def current(self, conn: AsyncConnection) -> Catalog:
+        """The catalog, first brought up to date if this process changed what it mirrors."""
+        if changes.generation() != self._generation:
+            await self.refresh(conn)
+        return self.catalog
+
+    async def refresh(self, conn: AsyncConnection) -> None:
+        async with self._lock:
+            generation = changes.generation()
+            reload = time.monotonic() - self._loaded_at > self.settings.reload_seconds
+            since = None
+            if not reload and self._read_until is not None:
+                since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
+            async with read_transaction(conn):
+                now, rows = await tq_store.changed_since(conn, since)
+                sharing = await group_store.sharing_groups(conn)
+                limited = await limit_store.limited_sites(conn)
+            catalog = Catalog() if reload else self.catalog
+            catalog.apply(row._mapping for row in rows)
+            catalog.sharing_groups = sharing
+            catalog.limited_sites = limited
+            self.catalog = catalog
+            self._read_until = now
+            self._read_at = time.monotonic()
+            if reload:
+                self._loaded_at = self._read_at
+            self._generation = generation
+
+    async def run(self, engine: AsyncEngine) -> None:
+        """The polling loop of one process."""
+        while True:
+            try:
+                async with engine.connect() as conn:
+                    await self.refresh(conn)
+            except DBAPIError as exc:  # an outage: matching answers 503 meanwhile
+                log.warning("task-queue refresh failed: %s", type(exc.orig or exc).__name__)
+            except Exception:
+                log.exception("task-queue refresh failed")
+            await asyncio.sleep(self.settings.refresh_seconds)
