@@ -12,6 +12,8 @@ from bench import run_env
 from bench.pilots import run_pilots
 from bench.references import bare_claim, legacy_dirac
 from bench.run_plan import Bench
+from bench.run_selection import selection_timing
+from bench.selection_sql import sql_selection_timing
 from bench.workloads import Workload, diracx, lhcb
 
 LHCB_JOBS = 871_973  # the snapshot's published total, for scaling to a wanted size
@@ -117,9 +119,16 @@ def scaling_section(b: Bench) -> dict:
     b.load(workload)
     resources = b.pilots_file(workload)
     runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
+    selection: dict[str, dict] = {}
     for size in sizes:
         b.fill(workload, size)
-        server = b.start_server()
+        server = b.start_server()  # recomputes the priorities
+        selection[str(size)] = selection_timing(b.url, resources)
+        b.log(f"DiracX, {size:,} waiting: in-memory selection {selection[str(size)]}")
+        if size == sizes[0]:  # the alternative, on the same TQs (it does not read the jobs)
+            selection["sql"] = sql_selection_timing(b.url, resources)
+            b.log(f"DiracX: SQL selection, median scan {selection['sql']['scan']['median_ms']} ms,"
+                  f" GIN {selection['sql']['gin']['median_ms']} ms")
         for connections in plan.scaling_connections:
             waiting = b.fill(workload, size)
             run = run_pilots(server.root, resources, connections, plan.seconds)
@@ -142,9 +151,16 @@ def diracx_section(b: Bench) -> dict:
     b.load(workload)
     resources = b.pilots_file(workload)
     runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
+    selection: dict[str, dict] = {}
     for size in sizes:
         b.fill(workload, size)
-        server = b.start_server()
+        server = b.start_server()  # recomputes the priorities
+        selection[str(size)] = selection_timing(b.url, resources)
+        b.log(f"DiracX, {size:,} waiting: in-memory selection {selection[str(size)]}")
+        if size == sizes[0]:  # the alternative, on the same TQs (it does not read the jobs)
+            selection["sql"] = sql_selection_timing(b.url, resources)
+            b.log(f"DiracX: SQL selection, median scan {selection['sql']['scan']['median_ms']} ms,"
+                  f" GIN {selection['sql']['gin']['median_ms']} ms")
         for connections in plan.scaling_connections:
             waiting = b.fill(workload, size)
             run = run_pilots(server.root, resources, connections, plan.seconds)
@@ -158,6 +174,7 @@ def diracx_section(b: Bench) -> dict:
         "workers": plan.workers,
         "sizes": list(sizes),
         "runs": runs,
+        "selection": selection,
         # the largest size over the smallest, per connection count
         "ratio": {c: _ratio(r[-1]["matches_per_s"], r[0]["matches_per_s"]) if len(r) > 1 else None
                   for c, r in runs.items()},  # fmt: skip

@@ -106,7 +106,22 @@ def _diracx(results: dict) -> list[str]:
               "÷ smallest size"]  # fmt: skip
     title = (f"#### Matching on the DiracX target ({w['task_queues']:,} TQs, {w.get('sites', '?'):,} sites,"
              f" {w.get('tags', '?'):,} tags{_mix(w)}), `--workers {d['workers']}`")  # fmt: skip
-    return [title, "", *_table(header, rows)]
+    return [title, "", *_table(header, rows), *_selection(d.get("selection", {}))]
+
+
+def _selection(selection: dict) -> list[str]:
+    """The selection of one TQ per pilot alone: in memory, and the SQL alternatives."""
+    if not selection:
+        return []
+    rows = [[f"in memory, {int(size):,} waiting", f"{t['task_queues']:,}", _n(t["median_ms"], 3), _n(t["p90_ms"], 3),
+             _n(t["p99_ms"], 3)] for size, t in selection.items() if size != "sql"]  # fmt: skip
+    sql = selection.get("sql")
+    for name, label in (("scan", "SQL, arrays tested in every row"), ("gin", "SQL, wildcard arrays under GIN")):
+        if sql:
+            t = sql[name]
+            rows.append([label, "", _n(t["median_ms"], 3), _n(t["p90_ms"], 3), _n(t["p99_ms"], 3)])
+    header = ["selection", "TQs", "median ms", "p90 ms", "p99 ms"]
+    return ["", "Selection of one TQ per pilot, without the claim:", "", *_table(header, rows)]
 
 
 def _scaling(results: dict) -> list[str]:
@@ -195,15 +210,24 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
         out.append(("largest queue ≥ 0.8× the smallest", "not run", None))
     diracx = results.get("diracx")
     first_runs = next(iter(diracx["runs"].values()), []) if diracx else []
+    if first_runs:
+        small = first_runs[0]
+        out.append((f"DiracX: {small['waiting_jobs']:,} waiting ≥ 800 matches/s ({small['connections']} connections)",
+                    f"{_n(small['matches_per_s'])}/s", small["matches_per_s"] >= 800))  # fmt: skip
     if len(first_runs) > 1:
         small, big = first_runs[0], first_runs[-1]
         ratio = _ratio(big["matches_per_s"], small["matches_per_s"])
-        label = (f"DiracX: {big['waiting_jobs']:,} waiting ≥ 0.8× {small['waiting_jobs']:,}"
+        label = (f"DiracX: {big['waiting_jobs']:,} waiting ≥ 0.9× {small['waiting_jobs']:,}"
                  f" ({small['connections']} connections)")  # fmt: skip
         out.append((label, f"{_n(ratio, 2)}× ({_n(big['matches_per_s'])} vs {_n(small['matches_per_s'])}/s)",
-                    ratio is not None and ratio >= 0.8))  # fmt: skip
+                    ratio is not None and ratio >= 0.9))  # fmt: skip
     else:
-        out.append(("DiracX: largest queue ≥ 0.8× the smallest", "not run", None))
+        out.append(("DiracX: largest queue ≥ 0.9× the smallest", "not run", None))
+    for size, timing in (diracx or {}).get("selection", {}).items():
+        if size == "sql":
+            continue
+        out.append((f"DiracX {int(size):,} waiting: in-memory selection ≤ 1 ms median ({timing['task_queues']:,} TQs)",
+                    f"{timing['median_ms']} ms (p99 {timing['p99_ms']} ms)", timing["median_ms"] <= 1))  # fmt: skip
     submit = results.get("submit")
     best = max((r["jobs_per_s"] for r in submit["runs"].values()), default=None) if submit else None
     out.append(("bulk submission ≥ 20,000 jobs/s (best client count)", f"{_n(best)}/s" if submit else "not run",

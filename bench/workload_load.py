@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql
 from app.db.tables import MULTI_VALUE_FIELDS, task_queues
 from app.jobs.lifecycle import JobStatus
 from app.taskqueues.requirements import real_priority
-from app.taskqueues.store import INITIAL_PRIORITY
+from app.taskqueues.store import INITIAL_PRIORITY, levels_of, stored_levels
 from bench.workload_fit import apportion
 from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
 
@@ -135,22 +135,17 @@ def _create_task_queues(
     # the schema may repeat the value lists as task_queues columns: filled as the service fills them
     lists = [(f, isinstance(task_queues.c[f].type.dialect_impl(postgresql.dialect()), ARRAY))
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
-    # and it may keep each TQ's jobs per level and the time the row changed (the database's clock)
-    extra = [c for c in ("levels", "changed_at") if c in task_queues.c]
-    changed = cur.execute("SELECT clock_timestamp()").fetchone()[0] if "changed_at" in extra else None
+    changed = cur.execute("SELECT clock_timestamp()").fetchone()[0]
     columns = ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists), *extra)  # fmt: skip
+               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists),
+               "levels", "changed_at")  # fmt: skip
     reqs = workload.requirements
-
-    def extras(i: int) -> tuple:
-        found = {"levels": Json(_stored_levels(levels.get(i, Counter()))), "changed_at": changed}
-        return tuple(found[c] for c in extra)
 
     _copy_rows(cur, "task_queues", columns, (
         (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].vo, reqs[i].cpu_time,
          reqs[i].priority_class, reqs[i].job_class, INITIAL_PRIORITY, None, now,
          *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists),
-         *extras(i))
+         Json(_stored_levels(levels.get(i, Counter()))), changed)
         for i in indices
     ))  # fmt: skip
     _advance(cur, "task_queues", first_id + len(indices) - 1)
@@ -162,25 +157,22 @@ def _create_task_queues(
 
 
 def _stored_levels(jobs: Mapping[int, int], stored: Sequence[Sequence[float]] = ()) -> list[list[float]]:
-    """`task_queues.levels`: [[real priority, jobs], ...] by real priority, the
-    jobs of `jobs` (per user priority) added to those already `stored`."""
-    merged = {float(p): int(n) for p, n in stored}
+    """`task_queues.levels` with the jobs of `jobs` (per user priority) added, as a submission adds them."""
+    merged = levels_of(stored)
     for user_priority, n in jobs.items():
         level = real_priority(user_priority)
         merged[level] = merged.get(level, 0) + n
-    return [[p, n] for p, n in sorted(merged.items()) if n > 0]
+    return stored_levels(merged)
 
 
 def _add_levels(cur: psycopg.Cursor, added: Mapping[int, Counter[int]]) -> None:
     """Existing TQs (by id) that gained jobs (per user priority): their level
-    counts grow and their row is marked changed, as a submission does (when
-    the schema has those columns)."""
-    if "levels" not in task_queues.c or not added:
+    counts grow and their row is marked changed, as a submission does."""
+    if not added:
         return
     cur.execute("SELECT id, levels FROM task_queues WHERE id = ANY(%s)", (list(added),))
     rows = [(Json(_stored_levels(added[tq], stored or ())), tq) for tq, stored in cur.fetchall()]
-    changed = ", changed_at = clock_timestamp()" if "changed_at" in task_queues.c else ""
-    cur.executemany(f"UPDATE task_queues SET levels = %s{changed} WHERE id = %s", rows)
+    cur.executemany("UPDATE task_queues SET levels = %s, changed_at = clock_timestamp() WHERE id = %s", rows)
 
 
 Run = tuple[int, int, int, int]  # (TQ index, first job id, jobs, user priority)

@@ -74,9 +74,9 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_timeout=POOL_TIMEOUT_SECONDS,
-        # a connection the database dropped (restart, failover) is replaced at
-        # checkout instead of failing the request that drew it
-        pool_pre_ping=True,
+        # No ping at checkout (a round trip on every request): a connection the
+        # database dropped fails its request with a 503 and is replaced; SQLAlchemy
+        # then renews the whole pool, and the match path drops its own.
         # what the URL's query sets itself wins over these defaults
         connect_args=postgresql_connect_args(parsed, prepared_statements=prepared_statements),
     )

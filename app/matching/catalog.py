@@ -73,6 +73,7 @@ class Catalog:
         self.sharing_groups: frozenset[str] = frozenset()  # JOB_SHARING: matched by group alone
         self.limited_sites: frozenset[str] = frozenset()  # sites with site limits
         self._outside_tags: dict[frozenset[str], int] = {}
+        self.latest_change: datetime | None = None  # the latest changed_at applied
 
     @property
     def priorities(self) -> np.ndarray:
@@ -91,6 +92,8 @@ class Catalog:
                 entry = self._add(row)
             elif row["changed_at"] is not None and entry.changed_at is not None and row["changed_at"] < entry.changed_at:
                 continue  # an older state read again within the poll's margin
+            if self.latest_change is None or row["changed_at"] > self.latest_change:
+                self.latest_change = row["changed_at"]
             entry.priority = float(row["priority"])
             entry.levels = {float(p): int(n) for p, n in row["levels"] or ()}
             entry.changed_at = row["changed_at"]

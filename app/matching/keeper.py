@@ -7,12 +7,13 @@
 - Every `matching.reload_seconds` it reads the whole table into a new
   catalog (TQs deleted by other processes leave it then).
 - Before a match, it catches up at once if this process changed task queues,
-  groups or limits itself since its last read, and before answering that
-  nothing is eligible if its last read is older than `matching.refresh_seconds`.
+  groups or limits itself since its last read; and before answering that
+  nothing is eligible, if its last read is older than `matching.refresh_seconds`
+  or a TQ changed after the latest change it holds.
 
-So a TQ created by another process is matchable within refresh_seconds plus
-one poll (0.25 s + the time of a read by default), and one created by this
-process at once.
+So a TQ created by another process is matchable at once by a pilot that
+would otherwise get nothing, and within refresh_seconds plus one read
+(0.25 s by default) by every pilot; one created by this process at once.
 """
 
 from __future__ import annotations
@@ -52,12 +53,21 @@ class Keeper:
     async def current(self, conn: AsyncConnection) -> Catalog:
         """The catalog, first brought up to date if this process changed what it mirrors."""
         if changes.generation() != self._generation:
-            await self.refresh(conn)
+            await self.refresh(conn, unless_current=True)
         return self.catalog
 
-    async def refresh(self, conn: AsyncConnection) -> None:
+    async def behind(self, conn: AsyncConnection) -> bool:
+        """Whether a TQ changed after the latest change this copy holds (one index probe)."""
+        async with read_transaction(conn):
+            latest = await tq_store.latest_change(conn)
+        known = self.catalog.latest_change
+        return latest is not None and (known is None or latest > known)
+
+    async def refresh(self, conn: AsyncConnection, *, unless_current: bool = False) -> None:
         async with self._lock:
             generation = changes.generation()
+            if unless_current and generation == self._generation:
+                return  # another request caught up while this one waited
             reload = time.monotonic() - self._loaded_at > self.settings.reload_seconds
             since = None
             if not reload and self._read_until is not None:

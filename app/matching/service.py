@@ -121,7 +121,7 @@ async def _match(
         entry = choose(catalog, _pool(catalog, query, passed_over, named_tq), options, rng)
         if entry is None:
             # perhaps what is eligible is too new to be known: the copy is old, or proved behind
-            if not refreshed and (keeper.stale() or drained):
+            if not refreshed and (keeper.stale() or drained or await keeper.behind(conn)):
                 await keeper.refresh(conn)
                 catalog, refreshed = keeper.catalog, True
                 continue

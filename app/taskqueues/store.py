@@ -206,6 +206,11 @@ async def changed_since(conn: AsyncConnection, since: datetime | None) -> tuple[
     return now, (await conn.execute(stmt)).all()
 
 
+async def latest_change(conn: AsyncConnection) -> datetime | None:
+    """The latest `changed_at` of any TQ (one index probe). Inside the caller's transaction."""
+    return (await conn.execute(select(func.max(task_queues.c.changed_at)))).scalar()
+
+
 async def read_task_queues(
     conn: AsyncConnection, ids: Sequence[int] | None = None
 ) -> list[dict[str, Any]]:

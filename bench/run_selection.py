@@ -1,0 +1,70 @@
+"""The in-memory selection alone: eligibility, finalists and the lottery, per pilot.
+
+It reads the loaded database into a catalog exactly as a service process
+does (`Keeper.refresh`), then times `eligible` + `choose` + `choose_level`
+for every pilot description of the run, round-robin, with no database in
+the loop: the part of a match whose cost could grow with the number of task
+queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+from app.db.engine import create_engine
+from app.matching.choice import choose, choose_level
+from app.matching.eligibility import eligible
+from app.matching.keeper import Keeper
+from app.matching.resource import ResourceDescription
+from app.settings import Settings
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+async def _time(url: str, resources: list[dict], rounds: int) -> dict:
+    settings = Settings(database_url=url)
+    engine = create_engine(url)
+    keeper = Keeper(settings.matching)
+    try:
+        async with engine.connect() as conn:
+            started = time.perf_counter()
+            await keeper.refresh(conn)
+            load_ms = (time.perf_counter() - started) * 1000
+    finally:
+        await engine.dispose()
+    catalog = keeper.catalog
+    queries = [ResourceDescription.model_validate(r).to_query() for r in resources]
+    rng = random.Random(1)
+    timings, chosen = [], 0
+    for _ in range(rounds):
+        for query in queries:
+            started = time.perf_counter()
+            entry = choose(catalog, eligible(catalog, query), settings.matching, rng)
+            if entry is not None:
+                choose_level(entry, settings.matching, rng)
+                chosen += 1
+            timings.append((time.perf_counter() - started) * 1000)
+    return {
+        "task_queues": len(catalog),
+        "live_task_queues": catalog.live.bit_count(),
+        "pilots": len(queries),
+        "selections": len(timings),
+        "with_a_queue": chosen / len(timings),
+        "catalog_load_ms": round(load_ms, 1),
+        "median_ms": round(statistics.median(timings), 4),
+        "p90_ms": round(_percentile(timings, 90), 4),
+        "p99_ms": round(_percentile(timings, 99), 4),
+    }
+
+
+def selection_timing(url: str, resources_file: Path, rounds: int = 3) -> dict:
+    resources = [json.loads(line) for line in resources_file.read_text().splitlines() if line.strip()]
+    return asyncio.run(_time(url, resources, rounds))
