@@ -14,8 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import app as package
 from app import background
 from app.api import associations as associations_api
-from app.api import groups as groups_api
-from app.api import status as status_api
 from app.api import (
     body_limits,
     health,
@@ -28,6 +26,9 @@ from app.api import (
     problems,
     site_limits,
 )
+from app.api import groups as groups_api
+from app.api import status as status_api
+from app.api.deps import MatchingContext
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import create_engine
@@ -67,7 +68,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url, prepared_statements=settings.database.prepared_statements)
+        engine = create_engine(
+            settings.database_url,
+            pool_size=settings.database.pool_size,
+            prepared_statements=settings.database.prepared_statements,
+        )
         try:
             await check_schema(engine, settings.database_url)
             async with engine.connect() as conn:
@@ -82,9 +87,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.verifier = verifier
         app.state.corrections = corrections
         app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
-        app.state.keeper = Keeper(settings.matching)
+        keeper = Keeper(settings.matching)
+        app.state.matching = MatchingContext(settings, app.state.rng, keeper)
         tasks = background.start(engine, settings, corrections)
-        tasks.append(asyncio.create_task(app.state.keeper.run(engine)))
+        tasks.append(asyncio.create_task(keeper.run(engine)))
         try:
             yield
         finally:
@@ -98,6 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=package.__version__,
         summary="Fair-share job matcher: SQL task queues, DIRAC matching rules.",
         lifespan=lifespan,
+        # the service exports its own Prometheus metrics; FastAPI's OpenTelemetry hooks
+        # would only cost a check per request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     problems.install(app)
     body_limits.install(app, settings)

@@ -58,6 +58,14 @@ class DatabaseSettings(Section):
         "prepare_threshold; PostgreSQL only). Set false behind a PgBouncer in transaction mode, "
         "where a statement prepared on one server connection is missing on the next.",
     )
+    pool_size: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="PostgreSQL connections each server process keeps open. Requests beyond it "
+        "wait for one (at most 10 s, then 503): connections opened and closed per burst would "
+        "cost the database more than the wait.",
+    )
 
 
 class ServerSettings(Section):

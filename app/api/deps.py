@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import random
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -27,12 +28,18 @@ async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def _rng(request: Request) -> random.Random:
-    return request.app.state.rng
+@dataclass(frozen=True, slots=True)
+class MatchingContext:
+    """What a match needs from the process, built once at start-up: one dependency
+    on the hot path instead of three."""
+
+    settings: Settings
+    rng: random.Random
+    keeper: Keeper
 
 
-async def _keeper(request: Request) -> Keeper:
-    return request.app.state.keeper
+async def _matching_context(request: Request) -> MatchingContext:
+    return request.app.state.matching
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -57,6 +64,5 @@ async def _caller(request: Request) -> Principal:
 
 Connection = Annotated[AsyncConnection, Depends(_connection)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
-Rng = Annotated[random.Random, Depends(_rng)]
-TaskQueueCatalog = Annotated[Keeper, Depends(_keeper)]
+Matching = Annotated[MatchingContext, Depends(_matching_context)]
 Caller = Annotated[Principal, Depends(_caller)]

@@ -7,7 +7,7 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import Caller, Connection, CurrentSettings, Rng, TaskQueueCatalog
+from app.api.deps import Caller, Connection, Matching
 from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.auth import policy
 from app.auth.tokens import Principal, Role
@@ -26,17 +26,12 @@ router = APIRouter(tags=["matching"])
     responses={204: {"description": "No job is eligible for this resource."}},
     summary="Claim the job this resource should run now",
 )
-async def match(
-    resource: ResourceDescription,
-    conn: Connection,
-    settings: CurrentSettings,
-    rng: Rng,
-    caller: Caller,
-    keeper: TaskQueueCatalog,
-) -> Response:
+async def match(resource: ResourceDescription, conn: Connection, caller: Caller, context: Matching) -> Response:
     policy.require(caller, Role.admin, Role.pilot)
     resource = policy.pin_resource(caller, resource)
-    job = await service.match(conn, resource, settings, rng, requester=caller.sub, keeper=keeper)
+    job = await service.match(
+        conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
+    )
     if job is None:
         return Response(status_code=204)
     # the job comes from the database as the schema describes it: encoded, not validated again
@@ -49,15 +44,11 @@ async def match(
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: ResourceDescription,
-    conn: Connection,
-    settings: CurrentSettings,
-    caller: Caller,
-    keeper: TaskQueueCatalog,
+    resource: ResourceDescription, conn: Connection, caller: Caller, context: Matching
 ) -> dict:
     policy.require(caller, Role.admin, Role.operator, Role.pilot)
     resource = policy.pin_resource(caller, resource)
-    return {"task_queues": await service.explain(conn, resource, settings, keeper)}
+    return {"task_queues": await service.explain(conn, resource, context.settings, context.keeper)}
 
 
 def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:

@@ -72,12 +72,14 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
     return create_async_engine(
         parsed,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        # a fixed set: connections beyond it would be opened for a burst and closed at
+        # once, each a new PostgreSQL backend process
+        max_overflow=0,
         pool_timeout=POOL_TIMEOUT_SECONDS,
         # No ping at checkout (a round trip on every request): a connection the
         # database dropped fails its request with a 503 and is replaced; SQLAlchemy
         # then renews the whole pool, and the match path drops its own.
-        # what the URL's query sets itself wins over these defaults
+        # What the URL's query sets itself wins over the default connect arguments.
         connect_args=postgresql_connect_args(parsed, prepared_statements=prepared_statements),
     )
 

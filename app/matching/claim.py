@@ -185,22 +185,36 @@ def _outcome(row: Any) -> Claimed | Missed:
 
 
 async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _Row:
-    """Run the statement on the driver's own connection, in its own transaction.
+    """Run the statement on the driver's own connection, as its own transaction.
 
     Driver errors become SQLAlchemy's, so that outages answer 503 as elsewhere,
     and a broken connection is dropped from the pool.
     """
     raw = (await conn.get_raw_connection()).driver_connection
     try:
-        async with raw.transaction():
+        # one statement is its own transaction: in autocommit mode, no BEGIN and
+        # COMMIT round trips around it
+        await raw.set_autocommit(True)
+        try:
             cursor = await raw.execute(sql, params)
             row = await cursor.fetchone()
+        finally:
+            if not raw.closed:
+                await raw.set_autocommit(False)
     except psycopg.Error as exc:
         broken = raw.broken or raw.closed
         if broken:
             await conn.invalidate()
         raise DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken) from exc
-    return _Row(dict(zip((c.name for c in cursor.description), row)))
+    names = _COLUMNS.get(sql)
+    if names is None or len(names) != len(row):  # first run, or the table gained columns
+        names = _COLUMNS[sql] = [c.name for c in cursor.description]
+    return _Row(dict(zip(names, row)))
+
+
+# the answer's column names per statement: reading them from each result costs more
+# than the rest of the row's decoding
+_COLUMNS: dict[str, list[str]] = {}
 
 
 async def _claim_serialised(

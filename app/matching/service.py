@@ -19,11 +19,16 @@ from app.limits import store as limit_store
 from app.limits.rules import SiteLimits, with_banned
 from app.matching.catalog import Catalog, bit
 from app.matching.choice import chances, choose, choose_level
-from app.matching.claim import ClaimTarget, Claimed, Guard, Refused, claim, queue_of
+from app.matching.claim import Claimed, ClaimTarget, Guard, Refused, claim, queue_of
 from app.matching.eligibility import eligible
 from app.matching.keeper import Keeper
 from app.matching.resource import ResourceDescription, ResourceQuery
-from app.metrics import CLAIM_CONFLICTS, MATCH_DURATION, MATCH_REQUESTS, SITE_LIMIT_EXCLUSIONS
+from app.metrics import (
+    CLAIM_CONFLICTS,
+    MATCH_DURATION,
+    MATCH_REQUESTS,
+    SITE_LIMIT_EXCLUSIONS,
+)
 from app.settings import Settings
 from app.taskqueues import store as tq_store
 

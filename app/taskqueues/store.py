@@ -23,7 +23,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import as_utc
-from app.db.dialect import change_time, database_now, insert_ignoring_conflicts, is_postgresql
+from app.db.dialect import (
+    change_time,
+    database_now,
+    insert_ignoring_conflicts,
+    is_postgresql,
+)
 from app.db.tables import MULTI_VALUE_FIELDS, task_queues, tq_jobs, tq_values
 from app.taskqueues import changes
 from app.taskqueues.requirements import Requirements
