@@ -110,6 +110,36 @@ def lhcb_section(b: Bench) -> dict:
     return out
 
 
+def _runs_per_size(
+    b: Bench, workload: Workload, sizes: tuple[int, ...], label: str, measure_selection: bool = False
+) -> tuple[dict[str, list], dict[str, dict]]:
+    """wrk at each of the plan's scaling connection counts, per queue size (topped up
+    before every run, a fresh server per size); with `measure_selection`, the
+    selection alone too. Returns the runs per connection count and the selection timings."""
+    plan = b.plan
+    resources = b.pilots_file(workload)
+    runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
+    selection: dict[str, dict] = {}
+    for size in sizes:
+        b.fill(workload, size)
+        server = b.start_server()  # recomputes the priorities
+        if measure_selection:
+            selection[str(size)] = selection_timing(b.url, resources)
+            b.log(f"{label}{size:,} waiting: in-memory selection {selection[str(size)]}")
+            if size == sizes[0]:  # the alternative, on the same TQs (it does not read the jobs)
+                selection["sql"] = sql_selection_timing(b.url, resources)
+                b.log(f"{label}SQL selection, median scan {selection['sql']['scan']['median_ms']} ms,"
+                      f" GIN {selection['sql']['gin']['median_ms']} ms")  # fmt: skip
+        for connections in plan.scaling_connections:
+            waiting = b.fill(workload, size)
+            run = run_pilots(server.root, resources, connections, plan.seconds)
+            runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
+                                           "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
+            b.log(f"{label}{size:,} waiting, {connections} connections: {_summary(run)}")
+    b.stop_server()
+    return runs, selection
+
+
 def scaling_section(b: Bench) -> dict:
     """Load the smallest size once, then top up; a fresh server per size."""
     plan = b.plan
@@ -117,25 +147,7 @@ def scaling_section(b: Bench) -> dict:
     workload = lhcb(sizes[0] / LHCB_JOBS, plan.seed)
     b.fresh_database()
     b.load(workload)
-    resources = b.pilots_file(workload)
-    runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
-    selection: dict[str, dict] = {}
-    for size in sizes:
-        b.fill(workload, size)
-        server = b.start_server()  # recomputes the priorities
-        selection[str(size)] = selection_timing(b.url, resources)
-        b.log(f"DiracX, {size:,} waiting: in-memory selection {selection[str(size)]}")
-        if size == sizes[0]:  # the alternative, on the same TQs (it does not read the jobs)
-            selection["sql"] = sql_selection_timing(b.url, resources)
-            b.log(f"DiracX: SQL selection, median scan {selection['sql']['scan']['median_ms']} ms,"
-                  f" GIN {selection['sql']['gin']['median_ms']} ms")
-        for connections in plan.scaling_connections:
-            waiting = b.fill(workload, size)
-            run = run_pilots(server.root, resources, connections, plan.seconds)
-            runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
-                                           "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
-            b.log(f"{size:,} waiting, {connections} connections: {_summary(run)}")
-    b.stop_server()
+    runs, _ = _runs_per_size(b, workload, sizes, "")
     main, *others = (str(c) for c in plan.scaling_connections)
     return {"workload": describe(workload), "runs": runs[main], "other_connections": {c: runs[c] for c in others}}
 
@@ -143,31 +155,14 @@ def scaling_section(b: Bench) -> dict:
 def diracx_section(b: Bench) -> dict:
     """The DiracX target (10,000 TQs, 1,000 sites, 300 tags, a long tail) loaded at
     the smallest size, then topped up; wrk at 64 and 8 connections per size with
-    the same pilots (drawn from the smallest size); a fresh server per size."""
+    the same pilots (drawn from the smallest size); a fresh server per size; and the
+    selection alone, in memory and in SQL."""
     plan = b.plan
     sizes = plan.diracx_sizes
     workload = diracx(sizes[0], plan.seed)
     b.fresh_database()
     b.load(workload)
-    resources = b.pilots_file(workload)
-    runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
-    selection: dict[str, dict] = {}
-    for size in sizes:
-        b.fill(workload, size)
-        server = b.start_server()  # recomputes the priorities
-        selection[str(size)] = selection_timing(b.url, resources)
-        b.log(f"DiracX, {size:,} waiting: in-memory selection {selection[str(size)]}")
-        if size == sizes[0]:  # the alternative, on the same TQs (it does not read the jobs)
-            selection["sql"] = sql_selection_timing(b.url, resources)
-            b.log(f"DiracX: SQL selection, median scan {selection['sql']['scan']['median_ms']} ms,"
-                  f" GIN {selection['sql']['gin']['median_ms']} ms")
-        for connections in plan.scaling_connections:
-            waiting = b.fill(workload, size)
-            run = run_pilots(server.root, resources, connections, plan.seconds)
-            runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
-                                           "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
-            b.log(f"DiracX, {size:,} waiting, {connections} connections: {_summary(run)}")
-    b.stop_server()
+    runs, selection = _runs_per_size(b, workload, sizes, "DiracX, ", measure_selection=True)
     sites, tags = len(workload.marginal("sites")), len(workload.marginal("tags"))
     return {
         "workload": describe(workload, sites=sites, tags=tags),

@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from app.taskqueues.requirements import Requirements
+from app.db.tables import MULTI_VALUE_FIELDS
+from app.matching.catalog import Catalog
+from app.matching.eligibility import eligible
+from app.matching.resource import ResourceDescription
 from bench.workload_fit import Popular
 from bench.workload_model import Workload
 
@@ -45,25 +48,28 @@ def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def eligible(resource: dict, req: Requirements) -> bool:
-    """fairmatch's rules for this kind of pilot (no GridCE, owner, VO or RAM)."""
-    site = resource["Site"]
-
-    def accepts(values: tuple[str, ...], offered: Sequence[str]) -> bool:
-        return not values or bool(set(values) & set(offered))
-
-    return (
-        req.cpu_time <= resource["CPUTime"]
-        and accepts(req.sites, [site])
-        and site not in req.banned_sites
-        and accepts(req.platforms, resource.get("Platform", ()))
-        and accepts(req.job_types, resource.get("JobType", ()))
-        and accepts(req.grid_ces, ())
-        and set(req.tags) <= set(resource.get("Tag", ()))
+def catalog_of(workload: Workload) -> Catalog:
+    """The workload's TQs as a service process holds them (each with its jobs at level 1)."""
+    catalog = Catalog()
+    catalog.apply(
+        {
+            "id": i + 1, "requirements_hash": workload.hashes[i], "owner": req.owner,
+            "owner_group": req.owner_group, "vo": req.vo, "cpu_time": req.cpu_time,
+            "priority_class": req.priority_class, "priority": 1.0, "levels": [[1.0, jobs]], "changed_at": None,
+            **{field: list(req.values(field)) for field in MULTI_VALUE_FIELDS},
+        }  # fmt: skip
+        for i, (req, jobs) in enumerate(zip(workload.requirements, workload.jobs))
     )
+    return catalog
+
+
+def eligible_count(catalog: Catalog, resource: dict) -> int:
+    """How many TQs the service's own rules give this resource."""
+    return eligible(catalog, ResourceDescription.model_validate(resource).to_query()).bit_count()
 
 
 def eligible_fraction(workload: Workload, resources: Sequence[dict]) -> float:
     """The share of resources for which at least one TQ of the workload is eligible."""
-    found = sum(any(eligible(r, req) for req in workload.requirements) for r in resources)
+    catalog = catalog_of(workload)
+    found = sum(eligible_count(catalog, r) > 0 for r in resources)
     return found / len(resources) if resources else 0.0

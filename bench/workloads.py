@@ -21,9 +21,9 @@ from bench.workload_diracx import diracx
 from bench.workload_lhcb import lhcb
 from bench.workload_load import load, top_up
 from bench.workload_model import USER_PRIORITY_MIX, Workload, parse_mix
-from bench.workload_pilots import eligible, eligible_fraction, pilots
+from bench.workload_pilots import catalog_of, eligible_count, eligible_fraction, pilots
 
-__all__ = ["Workload", "diracx", "eligible", "eligible_fraction", "lhcb", "load", "pilots", "top_up"]
+__all__ = ["Workload", "catalog_of", "diracx", "eligible_count", "eligible_fraction", "lhcb", "load", "pilots", "top_up"]
 DEFAULT_MIX = ",".join(f"{p}:{share * 100:g}" for p, share in USER_PRIORITY_MIX)
 
 

@@ -92,8 +92,9 @@ class Catalog:
                 entry = self._add(row)
             elif row["changed_at"] is not None and entry.changed_at is not None and row["changed_at"] < entry.changed_at:
                 continue  # an older state read again within the poll's margin
-            if self.latest_change is None or row["changed_at"] > self.latest_change:
-                self.latest_change = row["changed_at"]
+            changed = row["changed_at"]
+            if changed is not None and (self.latest_change is None or changed > self.latest_change):
+                self.latest_change = changed
             entry.priority = float(row["priority"])
             entry.levels = {float(p): int(n) for p, n in row["levels"] or ()}
             entry.changed_at = row["changed_at"]

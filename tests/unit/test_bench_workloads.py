@@ -40,7 +40,7 @@ from bench.workload_model import (
     requirements_hash,
     requirements_json,
 )  # fmt: skip
-from bench.workloads import diracx, eligible, eligible_fraction, load, pilots, top_up
+from bench.workloads import catalog_of, diracx, eligible_count, eligible_fraction, load, pilots, top_up
 from tests import conftest as harness  # its TestDatabase, imported by name, would be collected as a test class
 
 RELATIVE, ABSOLUTE = 0.01, 50
@@ -250,9 +250,10 @@ def test_a_loaded_workload_is_served(tmp_path):
         server = harness.start_server(database, tmp_path)
         with server.client() as client:
             resources = pilots(workload, 20, 0)
-            for resource in resources:  # the service sees the same eligible TQs as eligible() does
+            catalog = catalog_of(workload)
+            for resource in resources:  # the service, on the loaded database, lists what the workload's TQs give
                 listed = client.post("/taskqueues/matching", json=resource).json()["task_queues"]
-                assert len(listed) == sum(eligible(resource, req) for req in workload.requirements)
+                assert len(listed) == eligible_count(catalog, resource)
             for resource in resources:
                 r = client.post("/match", json=resource)
                 assert r.status_code == 200, (resource, r.status_code, r.text)

@@ -1,0 +1,83 @@
+"""The per-process catalog of task queues: its bit sets, and how rows update it."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from app.matching.eligibility import conditions, eligible
+from app.matching.resource import ResourceDescription
+from tests.unit.catalogs import CHANGED, catalog_of, tq_row
+
+
+def query(**body):
+    return ResourceDescription.model_validate({"Site": "A", "CPUTime": 86400, **body}).to_query()
+
+
+def ids(catalog, bits):
+    return set(catalog.tq_ids(bits))
+
+
+def test_each_condition_is_the_set_of_queues_that_pass_it():
+    catalog = catalog_of(
+        [
+            tq_row(1),
+            tq_row(2, sites=["A"], platforms=["el9"]),
+            tq_row(3, sites=["B"]),
+            tq_row(4, banned_sites=["A"]),
+            tq_row(5, tags=["gpu"]),
+            tq_row(6, tags=["gpu", "ssd"]),
+            tq_row(7, cpu_time=172800),
+            tq_row(8, owner="bob", owner_group="shared"),
+            tq_row(9, vo="other"),
+        ],
+        sharing_groups=frozenset({"shared"}),
+    )
+    found = dict(conditions(catalog, query(Platform="el9", Tag=["gpu"], Owner="alice", VirtualOrganization="vo")))
+    assert ids(catalog, found["site"]) == {1, 2, 4, 5, 6, 7, 8, 9}
+    assert ids(catalog, found["banned_site"]) == set(range(1, 10)) - {4}
+    assert ids(catalog, found["platform"]) == set(range(1, 10))  # only TQ 2 lists platforms, and el9
+    assert ids(catalog, found["tags"]) == set(range(1, 10)) - {6}  # ssd is not offered
+    assert ids(catalog, found["cpu_time"]) == set(range(1, 10)) - {7}
+    assert ids(catalog, found["owner"]) == {8}  # alice owns nothing; bob's group shares
+    assert ids(catalog, found["vo"]) == set(range(1, 10)) - {9}
+    assert ids(catalog, eligible(catalog, query(Platform="el9", Tag=["gpu"], Owner="bob", VirtualOrganization="vo"))) == {8}
+
+
+def test_unstated_fields_take_only_queues_without_values_and_any_lifts_the_condition():
+    catalog = catalog_of([tq_row(1), tq_row(2, platforms=["el9"]), tq_row(3, tags=["gpu"])])
+    assert ids(catalog, eligible(catalog, query())) == {1}  # no platform and no tags stated
+    assert ids(catalog, eligible(catalog, query(Platform="any", Tag=["any"]))) == {1, 2, 3}
+    assert ids(catalog, eligible(catalog, query(Tag=["gpu"], RequiredTag=["gpu"]))) == {3}
+
+
+def test_site_limit_bans_exclude_the_values_at_their_limit():
+    catalog = catalog_of([tq_row(1, job_types=["MC"]), tq_row(2, job_types=["User"]), tq_row(3, owner_group="g2")])
+    q = dataclasses.replace(query(JobType=["MC", "User"]), banned_job_types=frozenset({"MC"}))
+    assert ids(catalog, eligible(catalog, q)) == {2, 3}  # 3 lists no job type, so none is banned
+    q = dataclasses.replace(query(JobType=["MC", "User"]), banned_owner_groups=frozenset({"group"}))
+    assert ids(catalog, eligible(catalog, q)) == {3}
+
+
+def test_a_reused_id_with_other_requirements_is_a_new_queue():
+    catalog = catalog_of([tq_row(1, sites=["A"])])
+    catalog.apply([tq_row(1, requirements_hash="other", sites=["B"], changed_at=CHANGED + timedelta(seconds=1))])
+    assert ids(catalog, eligible(catalog, query())) == set()
+    assert ids(catalog, eligible(catalog, query(Site="B"))) == {1}
+
+
+def test_a_drained_queue_comes_back_when_its_row_changes_and_old_rows_are_ignored():
+    catalog = catalog_of([tq_row(1)])
+    catalog.drain(catalog.entries[1])
+    assert catalog.live == 0
+    catalog.apply([tq_row(1, changed_at=CHANGED)])  # the same state read again within the margin
+    assert catalog.live != 0  # a re-read resets the drained marks (the poll saw it as changed)
+    newer = CHANGED + timedelta(seconds=5)
+    catalog.apply([tq_row(1, priority=7.0, changed_at=newer)])
+    catalog.apply([tq_row(1, priority=1.0, changed_at=CHANGED)])  # older: kept out
+    assert catalog.entries[1].priority == 7.0 and catalog.latest_change == newer
+
+
+def test_a_queue_without_levels_is_not_live():
+    catalog = catalog_of([tq_row(1, levels=[]), tq_row(2)])
+    assert ids(catalog, catalog.live) == {2}
