@@ -180,14 +180,17 @@ class MatchingSettings(Section):
         "(a new TQ is matchable everywhere within about this long).",
     )
     refresh_margin_seconds: float = Field(
-        2.0,
+        1.0,
         ge=0,
         le=600,
         description="Each read looks back this far before the previous one, for transactions "
         "that changed a TQ before it and committed after it.",
     )
     reload_seconds: float = Field(
-        60.0, gt=0, description="How often each process reads the whole task-queue table again."
+        60.0,
+        gt=0,
+        description="How often each process reads the ids of all task queues, so that those "
+        "other processes deleted leave its copy.",
     )
 
 

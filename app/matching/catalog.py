@@ -13,7 +13,8 @@ What keeps the copy right:
   its levels and whether it still holds jobs do, and each change of those
   moves the row's `changed_at`, which `app.matching.keeper` polls;
 - a claim that finds a level, or a whole TQ, empty takes it out of this copy
-  until its row changes again (new jobs always change it).
+  until its row changes again (new jobs always change it);
+- TQs deleted from the database leave it at the keeper's periodic sweep of ids.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Catalog:
         self._priorities = np.zeros(64)
         self.sharing_groups: frozenset[str] = frozenset()  # JOB_SHARING: matched by group alone
         self.limited_sites: frozenset[str] = frozenset()  # sites with site limits
-        self._outside_tags: dict[frozenset[str], int] = {}
+        self._tag_counts = np.zeros(64, dtype=np.int32)  # tags per TQ, by position
         self.latest_change: datetime | None = None  # the latest changed_at applied
 
     @property
@@ -90,8 +91,8 @@ class Catalog:
                 if entry is not None:  # SQLite may give a deleted TQ's id to a new one
                     self.live &= ~bit(entry.position)
                 entry = self._add(row)
-            elif row["changed_at"] is not None and entry.changed_at is not None and row["changed_at"] < entry.changed_at:
-                continue  # an older state read again within the poll's margin
+            elif row["changed_at"] is not None and entry.changed_at is not None and row["changed_at"] <= entry.changed_at:
+                continue  # a state already held, read again within the poll's margin
             changed = row["changed_at"]
             if changed is not None and (self.latest_change is None or changed > self.latest_change):
                 self.latest_change = changed
@@ -117,6 +118,8 @@ class Catalog:
         self.slots.append(entry)
         if position >= self._priorities.size:
             self._priorities = np.concatenate([self._priorities, np.zeros(self._priorities.size)])
+            self._tag_counts = np.concatenate([self._tag_counts, np.zeros(self._tag_counts.size, dtype=np.int32)])
+        self._tag_counts[position] = len(set(values["tags"]))
         b = bit(position)
         self.every |= b
         for f, listed in values.items():
@@ -133,8 +136,6 @@ class Catalog:
         if entry.cpu_time not in self.buckets:
             self.buckets_down = sorted([*self.buckets, entry.cpu_time], reverse=True)
         self.buckets[entry.cpu_time] = self.buckets.get(entry.cpu_time, 0) | b
-        if values["tags"]:
-            self._outside_tags.clear()
         return entry
 
     def drain(self, entry: Entry, level: float | None = None) -> None:
@@ -163,19 +164,38 @@ class Catalog:
         return found
 
     def tags_within(self, offered: frozenset[str]) -> int:
-        """TQs whose tags are all among `offered`."""
-        outside = self._outside_tags.get(offered)
-        if outside is None:
-            outside = self.with_any("tags", (t for t in self.having["tags"] if t not in offered))
-            if len(self._outside_tags) > 4096:
-                self._outside_tags.clear()
-            self._outside_tags[offered] = outside
-        return self.every & ~outside
+        """TQs whose tags are all among `offered`: those with as many of the offered
+        tags as they have tags (a count per TQ, so the cost follows the tags offered,
+        not all the tags there are)."""
+        size = len(self.slots)
+        found = np.zeros(size, dtype=np.int32)
+        for tag in offered:
+            bits = self.having["tags"].get(tag)
+            if bits:
+                found += self._unpack(bits)
+        return self._pack(found == self._tag_counts[:size])
+
+    def remove(self, tq_ids: Iterable[int]) -> None:
+        """TQs deleted from the database."""
+        for tq_id in tq_ids:
+            entry = self.entries.pop(tq_id, None)
+            if entry is not None:
+                self.live &= ~bit(entry.position)
+
+    def wasted(self) -> int:
+        """Positions of TQs no longer here (reclaimed by building a new catalog)."""
+        return len(self.slots) - len(self.entries)
+
+    def _unpack(self, bits: int) -> np.ndarray:
+        raw = np.frombuffer(bits.to_bytes((len(self.slots) + 7) // 8 or 1, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, bitorder="little")[: len(self.slots)]
+
+    def _pack(self, flags: np.ndarray) -> int:
+        return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
 
     def positions(self, bits: int) -> np.ndarray:
         """The positions in a bit set, ascending."""
-        raw = np.frombuffer(bits.to_bytes((len(self.slots) + 7) // 8 or 1, "little"), dtype=np.uint8)
-        return np.flatnonzero(np.unpackbits(raw, bitorder="little"))
+        return np.flatnonzero(self._unpack(bits))
 
     def entries_in(self, bits: int) -> list[Entry]:
         return [self.slots[p] for p in self.positions(bits)]

@@ -4,8 +4,9 @@
   is later than its last read, less `matching.refresh_margin_seconds` (a
   transaction that wrote a row before the last read may commit after it),
   plus the JOB_SHARING groups and the sites with limits.
-- Every `matching.reload_seconds` it reads the whole table into a new
-  catalog (TQs deleted by other processes leave it then).
+- Every `matching.reload_seconds` it reads the ids of all TQs, and TQs that
+  other processes deleted leave the copy (when they have come to outnumber
+  the TQs left, the copy is built anew from the whole table).
 - Before a match, it catches up at once if this process changed task queues,
   groups or limits itself since its last read; and before answering that
   nothing is eligible, if its last read is older than `matching.refresh_seconds`
@@ -37,13 +38,18 @@ from app.taskqueues import store as tq_store
 log = logging.getLogger("fairmatch.matching")
 
 
+# rows applied between two yields to the event loop: a refresh after a priority run
+# touches every TQ, and requests must not wait for all of them
+CHUNK = 500
+
+
 class Keeper:
     def __init__(self, settings: MatchingSettings) -> None:
         self.settings = settings
         self.catalog = Catalog()
         self._read_until = None  # the database's time of the last read
         self._read_at = -float("inf")  # time.monotonic() of the last read
-        self._loaded_at = -float("inf")
+        self._swept_at = time.monotonic()
         self._generation = -1
         self._lock = asyncio.Lock()
 
@@ -68,23 +74,31 @@ class Keeper:
             generation = changes.generation()
             if unless_current and generation == self._generation:
                 return  # another request caught up while this one waited
-            reload = time.monotonic() - self._loaded_at > self.settings.reload_seconds
+            sweep = time.monotonic() - self._swept_at > self.settings.reload_seconds
+            # a copy holding many deleted TQs is built anew (their positions are reclaimed)
+            rebuild = sweep and self.catalog.wasted() > max(1000, len(self.catalog))
             since = None
-            if not reload and self._read_until is not None:
+            if not rebuild and self._read_until is not None:
                 since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
             async with read_transaction(conn):
                 now, rows = await tq_store.changed_since(conn, since)
                 sharing = await group_store.sharing_groups(conn)
                 limited = await limit_store.limited_sites(conn)
-            catalog = Catalog() if reload else self.catalog
-            catalog.apply(row._mapping for row in rows)
+                existing = await tq_store.all_ids(conn) if sweep and not rebuild else None
+            catalog = Catalog() if rebuild else self.catalog
+            for start in range(0, len(rows), CHUNK):
+                if start:
+                    await asyncio.sleep(0)
+                catalog.apply(row._mapping for row in rows[start : start + CHUNK])
+            if existing is not None:
+                catalog.remove([tq_id for tq_id in catalog.entries if tq_id not in existing])
             catalog.sharing_groups = sharing
             catalog.limited_sites = limited
             self.catalog = catalog
             self._read_until = now
             self._read_at = time.monotonic()
-            if reload:
-                self._loaded_at = self._read_at
+            if sweep:
+                self._swept_at = self._read_at
             self._generation = generation
 
     async def run(self, engine: AsyncEngine) -> None:

@@ -64,45 +64,46 @@ async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = No
 
     One pass over the waiting jobs, grouped by (TQ, level): the averages and
     sums the policies weigh with, and the level counts matching draws from.
+    The TQ rows and the oldest jobs are then read by key (a join would have
+    the planner repeat the pass in every parallel worker).
     """
     tq = task_queues
     per_level = select(
         tq_jobs.c.tq_id,
         tq_jobs.c.real_priority,
-        func.count().label("jobs"),
+        func.count(),
         # ids grow with submission: the lowest is the oldest waiting job
-        func.min(tq_jobs.c.job_id).label("oldest_job"),
+        func.min(tq_jobs.c.job_id),
     ).group_by(tq_jobs.c.tq_id, tq_jobs.c.real_priority)
     if only_groups is not None:
         # filter before aggregating: the planner cannot push it through the GROUP BY
         in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
         per_level = per_level.where(tq_jobs.c.tq_id.in_(in_groups))
-    per_level = per_level.subquery()
-    stmt = (
-        select(
-            tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-            tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
-            per_level.c.real_priority, per_level.c.jobs, jobs.c.submitted_at,
+    levels: dict[int, dict[float, int]] = {}
+    oldest: dict[int, int] = {}
+    for tq_id, level, jobs_at_level, first in await conn.execute(per_level):
+        levels.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
+        oldest[tq_id] = min(first, oldest.get(tq_id, first))
+    loads = []
+    for part in tq_store.chunks(sorted(levels)):
+        submitted = dict(
+            (await conn.execute(select(jobs.c.id, jobs.c.submitted_at).where(jobs.c.id.in_([oldest[i] for i in part])))).all()
         )
-        .join(per_level, per_level.c.tq_id == tq.c.id)
-        .join(jobs, jobs.c.id == per_level.c.oldest_job)
-    )  # fmt: skip
-    loads: dict[int, dict] = {}
-    for row in await conn.execute(stmt):
-        load = loads.get(row.id)
-        if load is None:
-            load = loads[row.id] = {
-                **{k: getattr(row, k) for k in ("id", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-                                                "job_class", "priority", "priority_origin", "stored_levels")},
-                "levels": {}, "submitted_at": row.submitted_at,
-            }  # fmt: skip
-        load["levels"][float(row.real_priority)] = int(row.jobs)
-        load["submitted_at"] = min(load["submitted_at"], row.submitted_at)
-    for load in loads.values():
-        load["jobs"] = sum(load["levels"].values())
-        load["sum_rp"] = sum(p * n for p, n in load["levels"].items())
-        load["avg_rp"] = load["sum_rp"] / load["jobs"]
-    return list(loads.values())
+        rows = await conn.execute(
+            select(
+                tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
+                tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
+            ).where(tq.c.id.in_(part))
+        )  # fmt: skip
+        for row in rows:
+            counts = levels[row.id]
+            weighted = sum(p * n for p, n in counts.items())
+            jobs_waiting = sum(counts.values())
+            loads.append({
+                **row._asdict(), "levels": counts, "jobs": jobs_waiting, "sum_rp": weighted,
+                "avg_rp": weighted / jobs_waiting, "submitted_at": submitted[oldest[row.id]],
+            })  # fmt: skip
+    return loads
 
 
 async def _group_policies(conn: AsyncConnection) -> dict[str, dirac.GroupPolicy]:

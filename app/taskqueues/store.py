@@ -199,16 +199,28 @@ async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], 
     changes.bump()
 
 
-async def changed_since(conn: AsyncConnection, since: datetime | None) -> tuple[datetime, list[Any]]:
-    """The database's time now, and every TQ row changed after `since` (all without it).
+# what matching keeps of a TQ (not how its priority was made: that is large, and for people)
+_MATCHING_COLUMNS = [
+    task_queues.c[name]
+    for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
+                 "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
+]  # fmt: skip
 
-    Must run inside the caller's (read) transaction.
+
+async def changed_since(conn: AsyncConnection, since: datetime | None) -> tuple[datetime, list[Any]]:
+    """The database's time now, and every TQ changed after `since` (all without it),
+    with the columns matching reads. Must run inside the caller's (read) transaction.
     """
     now = await database_now(conn)
-    stmt = select(task_queues)
+    stmt = select(*_MATCHING_COLUMNS)
     if since is not None:
         stmt = stmt.where(task_queues.c.changed_at > since)
     return now, (await conn.execute(stmt)).all()
+
+
+async def all_ids(conn: AsyncConnection) -> set[int]:
+    """Every TQ's id. Inside the caller's transaction."""
+    return set((await conn.execute(select(task_queues.c.id))).scalars())
 
 
 async def latest_change(conn: AsyncConnection) -> datetime | None:

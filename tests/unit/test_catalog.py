@@ -71,9 +71,10 @@ def test_a_drained_queue_comes_back_when_its_row_changes_and_old_rows_are_ignore
     catalog.drain(catalog.entries[1])
     assert catalog.live == 0
     catalog.apply([tq_row(1, changed_at=CHANGED)])  # the same state read again within the margin
-    assert catalog.live != 0  # a re-read resets the drained marks (the poll saw it as changed)
+    assert catalog.live == 0  # still known to be empty
     newer = CHANGED + timedelta(seconds=5)
-    catalog.apply([tq_row(1, priority=7.0, changed_at=newer)])
+    catalog.apply([tq_row(1, priority=7.0, changed_at=newer)])  # new jobs: live again
+    assert catalog.live != 0
     catalog.apply([tq_row(1, priority=1.0, changed_at=CHANGED)])  # older: kept out
     assert catalog.entries[1].priority == 7.0 and catalog.latest_change == newer
 
@@ -81,3 +82,17 @@ def test_a_drained_queue_comes_back_when_its_row_changes_and_old_rows_are_ignore
 def test_a_queue_without_levels_is_not_live():
     catalog = catalog_of([tq_row(1, levels=[]), tq_row(2)])
     assert ids(catalog, catalog.live) == {2}
+
+
+def test_tags_within_counts_the_offered_tags_of_each_queue():
+    catalog = catalog_of([tq_row(1), tq_row(2, tags=["a"]), tq_row(3, tags=["a", "b"]), tq_row(4, tags=["c"])])
+    assert ids(catalog, catalog.tags_within(frozenset())) == {1}
+    assert ids(catalog, catalog.tags_within(frozenset({"a"}))) == {1, 2}
+    assert ids(catalog, catalog.tags_within(frozenset({"a", "b", "x"}))) == {1, 2, 3}
+    assert ids(catalog, catalog.tags_within(frozenset({"a", "b", "c"}))) == {1, 2, 3, 4}
+
+
+def test_deleted_queues_leave_the_catalog():
+    catalog = catalog_of([tq_row(1), tq_row(2)])
+    catalog.remove([1, 99])
+    assert ids(catalog, catalog.live) == {2} and catalog.wasted() == 1 and len(catalog) == 1
