@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -31,7 +32,7 @@ from app.api import status as status_api
 from app.api.deps import MatchingContext
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
-from app.db.engine import create_engine
+from app.db.engine import RequestConnections, create_engine
 from app.gauges import DatabaseGauges
 from app.limits import rules as limit_rules
 from app.limits import store as limit_store
@@ -41,6 +42,9 @@ from app.priority.service import configured_corrections
 from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
+# connections beyond database.pool_size for the process's background work (the task-queue
+# poll, watchdogs, the priority loop), which never waits behind requests
+BACKGROUND_CONNECTIONS = 4
 
 log = logging.getLogger("fairmatch")
 
@@ -60,6 +64,16 @@ async def check_schema(engine: AsyncEngine, database_url: str) -> None:
         )
 
 
+def _settle_garbage_collection() -> None:
+    """What start-up built lives as long as the process: keep the collector off it
+    (gc.freeze), and collect young objects less often. Each match makes a few
+    thousand short-lived objects; with the default threshold the collector ran
+    every few requests and its pauses showed in the latency tail (bench/README.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     # read the verification key now: a missing key file stops start-up with its name
@@ -70,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = create_engine(
             settings.database_url,
-            pool_size=settings.database.pool_size,
+            pool_size=settings.database.pool_size + BACKGROUND_CONNECTIONS,
             prepared_statements=settings.database.prepared_statements,
         )
         try:
@@ -82,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await engine.dispose()
             raise
         app.state.engine = engine
+        app.state.connections = RequestConnections(engine, settings.database.pool_size)
         app.state.settings = settings
         app.state.rng = random.Random()
         app.state.verifier = verifier
@@ -89,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
         keeper = Keeper(settings.matching)
         app.state.matching = MatchingContext(settings, app.state.rng, keeper)
+        _settle_garbage_collection()
         tasks = background.start(engine, settings, corrections)
         tasks.append(asyncio.create_task(keeper.run(engine)))
         try:

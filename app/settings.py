@@ -62,9 +62,9 @@ class DatabaseSettings(Section):
         10,
         ge=1,
         le=1000,
-        description="PostgreSQL connections each server process keeps open. Requests beyond it "
-        "wait for one (at most 10 s, then 503): connections opened and closed per burst would "
-        "cost the database more than the wait.",
+        description="PostgreSQL connections each server process gives requests (plus 4 for its "
+        "background work). Requests beyond it wait for one, in arrival order (at most 10 s, then "
+        "503): connections opened and closed per burst would cost the database more than the wait.",
     )
 
 

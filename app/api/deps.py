@@ -20,7 +20,7 @@ from app.settings import AuthMode, Settings
 # Dependencies are coroutines: FastAPI runs plain functions in a thread pool,
 # a hand-off that costs more than these take.
 async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
-    async with request.app.state.engine.connect() as conn:
+    async with request.app.state.connections.connect() as conn:
         yield conn
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 APPLICATION_NAME = "fairmatch"
@@ -109,6 +111,32 @@ def _make_sqlite_transactional(engine: AsyncEngine) -> None:
             conn.exec_driver_sql("BEGIN")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class RequestConnections:
+    """Connections for requests, handed out first come first served.
+
+    SQLAlchemy's pool queue lets a newcomer take a connection a waiter was
+    woken for, so under load some requests waited for seconds; a FIFO
+    semaphore in front keeps the wait fair. As with the pool itself, a
+    request that waits longer than POOL_TIMEOUT_SECONDS fails (503).
+    """
+
+    def __init__(self, engine: AsyncEngine, size: int) -> None:
+        self.engine = engine
+        self._slots = asyncio.Semaphore(size)  # FIFO: newcomers queue behind waiters
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            await asyncio.wait_for(self._slots.acquire(), POOL_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise PoolTimeout(f"no database connection free within {POOL_TIMEOUT_SECONDS} s") from None
+        try:
+            async with self.engine.connect() as conn:
+                yield conn
+        finally:
+            self._slots.release()
 
 
 @asynccontextmanager

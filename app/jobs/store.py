@@ -65,6 +65,18 @@ async def _refresh_priorities(conn: AsyncConnection, settings: Settings, group_n
         log.warning("provisional priorities for %s not set: %s", sorted(group_names), type(exc).__name__)
 
 
+async def _record_arrivals(conn: AsyncConnection, arrivals: dict[int, Counter[float]], *, new_jobs: bool) -> None:
+    """Count committed jobs into their TQs' levels. After the commit, in a short
+    transaction of its own, so that concurrent submitters to a TQ wait for each
+    other only that long. Best effort: the priority loop counts every level
+    again, and until then a job on a level not yet counted waits (at most
+    priority.interval_seconds)."""
+    try:
+        await tq_store.queued(conn, arrivals, new_jobs=new_jobs)
+    except DBAPIError as exc:
+        log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), type(exc).__name__)
+
+
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:
     errors = []
     for i, spec in enumerate(specs):
@@ -124,10 +136,10 @@ async def submit(
             job_ids = await bulk.insert_jobs(conn, rows, now)
         else:
             job_ids = await _insert_jobs(conn, rows, now)
-        arrivals: dict[int, Counter[float]] = {}
-        for row in rows:
-            arrivals.setdefault(row["task_queue_id"], Counter())[row["real_priority"]] += 1
-        await tq_store.queued(conn, arrivals, new_jobs=True)
+    arrivals: dict[int, Counter[float]] = {}
+    for row in rows:
+        arrivals.setdefault(row["task_queue_id"], Counter())[row["real_priority"]] += 1
+    await _record_arrivals(conn, arrivals, new_jobs=True)
     await _refresh_priorities(conn, settings, {r.owner_group for r in distinct if hashes[r] in created})
     return [
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
@@ -348,7 +360,6 @@ async def reschedule(
         await conn.execute(
             insert(tq_jobs).values(job_id=job_id, tq_id=tq_id, user_priority=job.user_priority, real_priority=level)
         )
-        await tq_store.queued(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
         row = (
             await conn.execute(
                 update(jobs)
@@ -369,6 +380,7 @@ async def reschedule(
             )
         ).one()
         await _record_events(conn, [job_id], JobStatus.Waiting, now, source, minor_status)
+    await _record_arrivals(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
     if created:
         await _refresh_priorities(conn, settings, {reqs.owner_group})
     return job_dict(row)
@@ -502,7 +514,8 @@ async def change_priority(
     if row.status == JobStatus.Waiting:
         if left_tq is not None:
             await tq_store.delete_if_empty(conn, left_tq)
-        # the TQ weights depend on the jobs' real priorities, and a new TQ needs one now
+        # the TQ weights and level counts depend on the jobs' real priorities, and a
+        # new TQ needs a priority now
         await _refresh_priorities(conn, settings, {row.owner_group})
     return job_dict(row)
 
@@ -559,11 +572,9 @@ async def _requeue(
     """Point the job's (locked) tq_jobs row at the TQ of `reqs` with its new level; the TQ id."""
     found, _ = await tq_store.find_or_create(conn, [reqs], now)
     tq_id = found[reqs.hash]
-    level = real_priority(user_priority)
     await conn.execute(
         update(tq_jobs)
         .where(tq_jobs.c.job_id == job_id)
-        .values(tq_id=tq_id, user_priority=user_priority, real_priority=level)
+        .values(tq_id=tq_id, user_priority=user_priority, real_priority=real_priority(user_priority))
     )
-    await tq_store.queued(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
     return tq_id

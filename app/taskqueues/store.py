@@ -110,9 +110,7 @@ async def _lock_existing(conn: AsyncConnection, hashes: Sequence[str]) -> dict[s
             task_queues.c.requirements_hash.in_(part)
         )
         if is_postgresql(conn):
-            # the lock `queued` updates the row under: taking a weaker one first
-            # would let two submitters deadlock upgrading it
-            stmt = stmt.with_for_update(key_share=True)
+            stmt = stmt.with_for_update(read=True)
         found.update({h: i for h, i in (await conn.execute(stmt)).all()})
     return found
 
@@ -167,20 +165,27 @@ def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
-    """Record jobs that just entered TQs, per level, in the caller's transaction (which
-    holds those TQs from `find_or_create`).
+    """Record committed jobs that entered TQs, per level, in a transaction of its own.
 
     New jobs are added to their level's count. Jobs coming back (a lapsed
-    match, a changed priority) were never subtracted when they left, so they
-    only make a missing level appear. Either way the row's `changed_at`
-    moves, which is how matchers in other processes hear of the jobs.
+    match) were never subtracted when they left, so they only make a missing
+    level appear. Either way the row's `changed_at` moves, which is how
+    matchers in other processes hear of the jobs. Rows are locked in id
+    order, so two of these never deadlock.
     """
     if not arrivals:
         return
+    async with conn.begin():
+        await _count_arrivals(conn, arrivals, new_jobs)
+    changes.bump()
+
+
+async def _count_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], new_jobs: bool) -> None:
     ids = sorted(arrivals)
-    stored = dict(
-        (await conn.execute(select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids)))).all()
-    )
+    levels_read = select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids))
+    if is_postgresql(conn):
+        levels_read = levels_read.order_by(task_queues.c.id).with_for_update(key_share=True)
+    stored = dict((await conn.execute(levels_read)).all())
     rows = []
     for tq_id in ids:
         levels = levels_of(stored.get(tq_id))
@@ -196,7 +201,6 @@ async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], 
         .values(levels=bindparam("levels"), changed_at=change_time(conn)),
         rows,
     )
-    changes.bump()
 
 
 # what matching keeps of a TQ (not how its priority was made: that is large, and for people)
