@@ -43,7 +43,7 @@ async def app(scope, receive, send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                size = int(os.environ.get("LEAN_CLAIM_POOL", "10"))  # fairmatch: 10, overflow 10 more
+                size = int(os.environ.get("LEAN_CLAIM_POOL", "10"))  # fairmatch gives requests 10 per process
                 pool = AsyncConnectionPool(os.environ["LEAN_CLAIM_URL"], min_size=size, max_size=2 * size,
                                            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
                                            open=False)  # fmt: skip
