@@ -98,12 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.connections = RequestConnections(engine, settings.database.pool_size)
         app.state.settings = settings
-        app.state.rng = random.Random()
         app.state.verifier = verifier
         app.state.corrections = corrections
         app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
         keeper = Keeper(settings.matching)
-        app.state.matching = MatchingContext(settings, app.state.rng, keeper)
+        app.state.matching = MatchingContext(settings, random.Random(), keeper)
         _settle_garbage_collection()
         tasks = background.start(engine, settings, corrections)
         tasks.append(asyncio.create_task(keeper.run(engine)))

@@ -29,8 +29,8 @@ from sqlalchemy.dialects import postgresql
 
 from app.db.tables import MULTI_VALUE_FIELDS, task_queues
 from app.jobs.lifecycle import JobStatus
-from app.taskqueues.requirements import real_priority
-from app.taskqueues.store import INITIAL_PRIORITY, levels_of, stored_levels
+from app.taskqueues.requirements import levels_of, real_priority, stored_levels
+from app.taskqueues.store import INITIAL_PRIORITY
 from bench.workload_fit import apportion
 from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from app.db.tables import MULTI_VALUE_FIELDS
+from app.taskqueues.requirements import levels_of
 
 # single-valued keys with bit sets of their own
 KEY_FIELDS = ("owner", "owner_group", "vo")
@@ -97,7 +98,7 @@ class Catalog:
             if changed is not None and (self.latest_change is None or changed > self.latest_change):
                 self.latest_change = changed
             entry.priority = float(row["priority"])
-            entry.levels = {float(p): int(n) for p, n in row["levels"] or ()}
+            entry.levels = levels_of(row["levels"])
             entry.changed_at = row["changed_at"]
             entry.drained = set()
             self._priorities[entry.position] = entry.priority

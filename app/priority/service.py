@@ -44,6 +44,7 @@ from app.priority.facts import TqFacts
 from app.settings import PrioritySettings, Settings
 from app.taskqueues import changes as change_signal
 from app.taskqueues import store as tq_store
+from app.taskqueues.requirements import levels_of, stored_levels
 
 PRIORITY_LOCK = 7_100_001
 NO_CORRECTIONS = CorrectionsConfig()
@@ -184,9 +185,9 @@ async def _apply(conn: AsyncConnection, rows: list[dict], outcome: Outcome) -> i
     changed_priorities = 0
     for r in sorted(rows, key=lambda r: r["id"]):
         priority, origin = outcome.priorities[r["id"]], outcome.origins[r["id"]]
-        levels = tq_store.stored_levels(r["levels"])
+        levels = stored_levels(r["levels"])
         new_priority = r["priority"] != priority or r["priority_origin"] != origin
-        if new_priority or tq_store.stored_levels(tq_store.levels_of(r["stored_levels"])) != levels:
+        if new_priority or stored_levels(levels_of(r["stored_levels"])) != levels:
             changed_priorities += new_priority
             changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels})
     if changes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from app.db.tables import MULTI_VALUE_FIELDS
@@ -33,6 +33,16 @@ def real_priority(user_priority: int) -> float:
     if user_priority >= 10:
         return 1e6
     return float(user_priority)
+
+
+def levels_of(stored: Sequence[Sequence[float]] | None) -> dict[float, int]:
+    """`task_queues.levels`, [[real priority, jobs], ...], as {real priority: jobs}."""
+    return {float(p): int(n) for p, n in stored or ()}
+
+
+def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
+    """{real priority: jobs} as `task_queues.levels` stores it: by level, empty ones left out."""
+    return [[p, n] for p, n in sorted(levels.items()) if n > 0]
 
 
 def normalise_values(values: Iterable[str] | None, *, wildcard: bool) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from app.db.dialect import (
 )
 from app.db.tables import MULTI_VALUE_FIELDS, task_queues, tq_jobs, tq_values
 from app.taskqueues import changes
-from app.taskqueues.requirements import Requirements
+from app.taskqueues.requirements import Requirements, levels_of, stored_levels
 
 CHUNK = 1000  # rows per multi-row statement: well under every driver's parameter limit
 
@@ -153,15 +153,6 @@ async def delete_all_empty(conn: AsyncConnection) -> int:
     for tq_id in empty:
         deleted += await delete_if_empty(conn, tq_id)
     return deleted
-
-
-def levels_of(stored: Sequence[Sequence[float]] | None) -> dict[float, int]:
-    """`task_queues.levels` as {real priority: jobs}."""
-    return {float(p): int(n) for p, n in stored or ()}
-
-
-def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
-    return [[p, n] for p, n in sorted(levels.items()) if n > 0]
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
