@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from alembic import command
@@ -46,3 +47,18 @@ def head_revision(database_url: str) -> str | None:
 
 async def current_revision(conn: AsyncConnection) -> str | None:
     return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+
+
+def database_revision(database_url: str, *, prepared_statements: bool = True) -> str | None:
+    """The database's schema revision (None before any migration), read on a connection of its own."""
+    from app.db.engine import create_engine
+
+    async def read() -> str | None:
+        engine = create_engine(database_url, pool_size=1, prepared_statements=prepared_statements)
+        try:
+            async with engine.connect() as conn:
+                return await current_revision(conn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())

@@ -15,8 +15,9 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner
 
-from app import cli, cli_jobs
 from app.auth.tokens import Role, create_token
+from app.cli import cli, render
+from app.cli import jobs as job_commands
 from tests.conftest import Server
 from tests.e2e.conftest import TOKEN_SETTINGS
 from tests.e2e.test_cli import FAIRMATCH, assert_failed, get_job, submit_via_api, succeeded, unreachable_url
@@ -46,9 +47,9 @@ def at(server, clean, run) -> Callable[..., dict]:
 @pytest.fixture
 def invoke(monkeypatch) -> Callable[..., object]:
     monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setattr(cli, "stdout_is_tty", lambda: False)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
     runner = CliRunner()
-    return lambda *args: runner.invoke(cli.cli, list(args), catch_exceptions=False)
+    return lambda *args: runner.invoke(cli, list(args), catch_exceptions=False)
 
 
 def match(server: Server, **resource: object) -> dict:
@@ -90,7 +91,7 @@ def test_jobs_list_filters_and_continues_with_the_cursor(at, server):
 
 
 def test_jobs_list_all_walks_every_page(invoke, monkeypatch, server, clean):
-    monkeypatch.setattr(cli_jobs, "PAGE_SIZE", 2)
+    monkeypatch.setattr(job_commands, "PAGE_SIZE", 2)
     ids = [j["job_id"] for j in submit_via_api(server, *[JOB] * 5)]
 
     every = invoke("jobs", "list", "--all", "--url", server.url)
@@ -158,7 +159,7 @@ def test_an_unreachable_service_exits_1(run, args):
 
 
 def test_more_than_one_batch_from_a_file_queues_every_job_with_progress_lines(run, server, clean, tmp_path):
-    total = cli.BATCH_SIZE + 3
+    total = job_commands.BATCH_SIZE + 3
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"jobs": [{**JOB, "owner": f"u{i % 4}"} for i in range(total)]}))
 
@@ -168,16 +169,16 @@ def test_more_than_one_batch_from_a_file_queues_every_job_with_progress_lines(ru
     assert len({j["job_id"] for j in answer["jobs"]}) == total
     lines = result.stderr.splitlines()
     assert lines == [
-        f"batch 1/2 (jobs 1-{cli.BATCH_SIZE}) queued: {cli.BATCH_SIZE}/{total} jobs",
-        f"batch 2/2 (jobs {cli.BATCH_SIZE + 1}-{total}) queued: {total}/{total} jobs",
+        f"batch 1/2 (jobs 1-{job_commands.BATCH_SIZE}) queued: {job_commands.BATCH_SIZE}/{total} jobs",
+        f"batch 2/2 (jobs {job_commands.BATCH_SIZE + 1}-{total}) queued: {total}/{total} jobs",
     ]
     with server.client() as client:
         assert client.get("/status").json()["totals"]["waiting"] == total
 
 
 def test_a_terminal_gets_a_progress_bar_instead_of_lines(invoke, monkeypatch, server, clean, tmp_path):
-    monkeypatch.setattr(cli, "BATCH_SIZE", 2)
-    monkeypatch.setattr(cli, "stderr_is_tty", lambda: True)
+    monkeypatch.setattr(job_commands, "BATCH_SIZE", 2)
+    monkeypatch.setattr(job_commands, "stderr_is_tty", lambda: True)
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps([JOB] * 5))
 
@@ -252,7 +253,7 @@ def test_status_numbers_follow_submissions_and_matches(at, server):
 
 
 def test_a_terminal_gets_the_status_screen(invoke, monkeypatch, server, clean):
-    monkeypatch.setattr(cli, "stdout_is_tty", lambda: True)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
     submit_via_api(server, JOB, OTHER)
     match(server, OwnerGroup="h")
 
@@ -373,7 +374,7 @@ def test_limits_need_an_admin_to_change_and_an_operator_to_read(run, token_serve
 
 
 def test_a_terminal_gets_the_limits_table(invoke, monkeypatch, server, clean):
-    monkeypatch.setattr(cli, "stdout_is_tty", lambda: True)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
 
     result = invoke("limits", "set-one", "S1", "owner_group", "g", "--matching-delay", "2.5", "--url", server.url)
 

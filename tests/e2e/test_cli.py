@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app import cli
+from app.cli import cli, render
+from app.cli import jobs as job_commands
 from app.db import migrate
 from tests.conftest import (
     BACKENDS,
@@ -206,11 +207,11 @@ def test_an_unreachable_service_exits_1_naming_the_url(fairmatch):
 def invoke(monkeypatch) -> Callable[..., object]:
     monkeypatch.setenv("COLUMNS", "200")  # one table row per line
     runner = CliRunner()
-    return lambda *args: runner.invoke(cli.cli, list(args), catch_exceptions=False)
+    return lambda *args: runner.invoke(cli, list(args), catch_exceptions=False)
 
 
 def test_a_terminal_gets_tables(invoke, monkeypatch, server, clean):
-    monkeypatch.setattr(cli, "stdout_is_tty", lambda: True)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
     submit_via_api(server, JOB_A, {**JOB_GPU, "sites": ["S1", "S2", "S3", "S4", "S5"]})
 
     result = invoke("match", "--site", "S1", "--cpu-time", "100000", "--tag", "GPU", "--url", server.url)
@@ -224,8 +225,8 @@ def test_a_terminal_gets_tables(invoke, monkeypatch, server, clean):
 
 
 def test_large_submissions_go_in_batches(invoke, monkeypatch, server, clean, tmp_path):
-    monkeypatch.setattr(cli, "BATCH_SIZE", 2)
-    monkeypatch.setattr(cli, "stdout_is_tty", lambda: False)
+    monkeypatch.setattr(job_commands, "BATCH_SIZE", 2)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps([JOB_A] * 5))
 
@@ -237,7 +238,7 @@ def test_large_submissions_go_in_batches(invoke, monkeypatch, server, clean, tmp
 
 
 def test_a_failed_batch_leaves_the_batches_before_it_queued(invoke, monkeypatch, server, clean, tmp_path):
-    monkeypatch.setattr(cli, "BATCH_SIZE", 2)
+    monkeypatch.setattr(job_commands, "BATCH_SIZE", 2)
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps([JOB_A, JOB_A, JOB_A, {**JOB_A, "user_priority": 99}, JOB_A]))
 

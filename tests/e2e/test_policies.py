@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from rich.console import Console
 
-from app import cli
+from app.cli.priorities import sprio_table, sshare_table
 from app.clock import utcnow
 from app.db.tables import jobs
 from tests.conftest import REPO
@@ -143,7 +143,7 @@ def test_sprio_and_sshare_commands_explain_the_last_run(server_factory, clean, t
     if policy == "multifactor":
         assert {(n["account"], n["user"]) for n in sshare["associations"]} >= {("g", "ann"), ("h", "bob")}
     console = Console(width=160, record=True)
-    console.print(cli.sprio_table(sprio))
-    console.print(cli.sshare_table(sshare))
+    console.print(sprio_table(sprio))
+    console.print(sshare_table(sshare))
     text = console.export_text()
     assert "ann" in text and "bob" in text

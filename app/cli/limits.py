@@ -7,10 +7,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from app import cli as core
-from app.cli_client import Service, TokenOption, UrlOption, call_api, connect
-from app.cli_common import EXIT_USAGE, fail
-from app.cli_files import object_list, read_document
+from app.cli.client import Service, TokenOption, UrlOption, call_api, connect
+from app.cli.common import EXIT_USAGE, fail
+from app.cli.files import object_list, read_document
+from app.cli.render import dash, new_table, show, timestamp
 
 # the spellings PUT /limits takes; DIRAC's are accepted and stored as ours
 ATTRIBUTES = {"job_type": "job_type", "owner_group": "owner_group", "owner": "owner",
@@ -18,8 +18,7 @@ ATTRIBUTES = {"job_type": "job_type", "owner_group": "owner_group", "owner": "ow
 STATE = ("running", "last_match_at")  # shown by GET, not part of a limit's definition
 CLEAR = "none"
 
-limits_cli = typer.Typer(help="Site limits: running jobs and matching pace per site.", no_args_is_help=True)
-core.cli.add_typer(limits_cli, name="limits")
+app = typer.Typer(help="Site limits: running jobs and matching pace per site.", no_args_is_help=True)
 
 Site = Annotated[str, typer.Argument(metavar="SITE", show_default=False, help="The site, e.g. LCG.CERN.cern.")]
 Attribute = Annotated[
@@ -28,13 +27,13 @@ Attribute = Annotated[
 Value = Annotated[str, typer.Argument(metavar="VALUE", show_default=False, help="The attribute's value.")]
 
 
-@limits_cli.command("show")
-def show(url: UrlOption = None, token: TokenOption = None) -> None:
+@app.command("show")
+def show_limits(url: UrlOption = None, token: TokenOption = None) -> None:
     """Every site limit, with the jobs it counts now and its last match."""
-    core.show(call_api(connect(url, token), "GET", "/limits"), limits_table)
+    show(call_api(connect(url, token), "GET", "/limits"), limits_table)
 
 
-@limits_cli.command("set")
+@app.command("set")
 def set_all(
     file: Annotated[
         str,
@@ -55,7 +54,7 @@ def set_all(
     put_limits(connect(url, token), limits)
 
 
-@limits_cli.command("set-one")
+@app.command("set-one")
 def set_one(
     site: Site,
     attribute: Attribute,
@@ -88,7 +87,7 @@ def set_one(
     put_limits(api, limits)
 
 
-@limits_cli.command("remove")
+@app.command("remove")
 def remove(
     site: Site, attribute: Attribute, value: Value, url: UrlOption = None, token: TokenOption = None
 ) -> None:
@@ -108,7 +107,7 @@ def current_limits(api: Service) -> list[dict[str, Any]]:
 
 def put_limits(api: Service, limits: list[dict[str, Any]]) -> None:
     # the set is replaced whole: a change made by someone else in between is overwritten
-    core.show(call_api(api, "PUT", "/limits", {"limits": limits}), limits_table)
+    show(call_api(api, "PUT", "/limits", {"limits": limits}), limits_table)
 
 
 def definition(entry: dict[str, Any]) -> dict[str, Any]:
@@ -134,17 +133,12 @@ def parse_number(text: str, option: str, kind: type) -> Any:
 
 
 def limits_table(document: dict) -> Table:
-    table = core.new_table("Site limits", "site", "attribute", "value", "running_limit", "running",
-                           "matching_delay", "last_match_at", caption=f"{len(document['limits'])} limits")  # fmt: skip
+    table = new_table("Site limits", "site", "attribute", "value", "running_limit", "running",
+                      "matching_delay", "last_match_at", caption=f"{len(document['limits'])} limits")  # fmt: skip
     for limit in document["limits"]:
-        last = limit["last_match_at"]
         table.add_row(
             limit["site"], limit["attribute"], limit["value"], dash(limit["running_limit"]), str(limit["running"]),
             "-" if limit["matching_delay"] is None else f"{limit['matching_delay']:g} s",
-            "-" if last is None else last[:19].replace("T", " "),
+            timestamp(limit["last_match_at"]),
         )  # fmt: skip
     return table
-
-
-def dash(value: Any) -> str:
-    return "-" if value is None else str(value)

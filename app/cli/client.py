@@ -1,4 +1,4 @@
-"""The client commands' HTTP: where the service is, the bearer token, one request helper."""
+"""The client commands' HTTP: where the service is (--url), the bearer token (--token), the request helpers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from urllib.parse import quote
 import httpx
 import typer
 
-from app.cli_common import EXIT_USAGE, fail, load_settings_or_exit
+from app.cli.common import EXIT_USAGE, fail, load_settings_or_exit
 
 API_PREFIX = "/api/v1"  # app.main.API_PREFIX; not imported, as that pulls in FastAPI and SQLAlchemy
 HTTP_TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # a full batch may take a while to queue

@@ -1,25 +1,30 @@
-"""`fairmatch jobs …`: submit, list, show, kill and reprioritise jobs over the REST API."""
+"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, kill and reprioritise jobs over the REST API."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
-from app import cli as core
-from app.cli_client import Service, TokenOption, UrlOption, call_api, connect
-from app.cli_common import EXIT_USAGE, fail
+from app.cli.client import Service, TokenOption, UrlOption, call_api, connect
+from app.cli.common import EXIT_USAGE, fail, note
+from app.cli.files import load_jobs
+from app.cli.render import dash, fields_table, new_table, show, timestamp
 from app.jobs.lifecycle import JobStatus
 
+BATCH_SIZE = 10_000  # the server's largest POST /jobs
 PAGE_SIZE = 1000  # the largest page GET /jobs gives
 MAX_ID = 2**63 - 1
 
-jobs_cli = typer.Typer(help="Submit, list, inspect, kill and reprioritise jobs.", no_args_is_help=True)
-core.cli.add_typer(jobs_cli, name="jobs")
-jobs_cli.command("submit")(core.submit)
+app = typer.Typer(help="Submit, list, inspect, kill and reprioritise jobs.", no_args_is_help=True)
+submit_app = typer.Typer()  # `fairmatch submit`: the same command as `fairmatch jobs submit`
 
 JobId = Annotated[int, typer.Argument(min=1, max=MAX_ID, metavar="ID", help="The job's id.", show_default=False)]
 
@@ -34,7 +39,84 @@ class ReportedStatus(StrEnum):
     Waiting = "Waiting"
 
 
-@jobs_cli.command("list")
+# --- submit -----------------------------------------------------------------
+
+
+@submit_app.command()
+@app.command("submit")
+def submit(
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE",
+            show_default=False,
+            help="Jobs as .json (a list, or {\"jobs\": [...]}) or .toml ([[jobs]] tables); "
+            "- reads JSON from stdin.",
+        ),
+    ],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Queue the jobs in FILE and show their ids and task queues.
+
+    Jobs go in batches of 10 000. Each batch is queued entirely or not at all, so when a
+    batch fails the batches before it stay queued.
+    """
+    jobs = load_jobs(file)
+    api = connect(url, token)
+    batches = [jobs[i : i + BATCH_SIZE] for i in range(0, len(jobs), BATCH_SIZE)]
+    if len(batches) == 1:
+        answer = call_api(api, "POST", "/jobs", {"jobs": jobs})
+    else:
+        answer = {"jobs": submit_batches(api, batches, len(jobs))}
+    show(answer, submitted_table)
+
+
+def submit_batches(api: Service, batches: list[list[dict]], total: int) -> list[dict]:
+    queued: list[dict] = []
+    with batch_progress(total) as report:
+        for number, batch in enumerate(batches, start=1):
+            where = f"batch {number}/{len(batches)} (jobs {len(queued) + 1}-{len(queued) + len(batch)})"
+            try:
+                queued += call_api(api, "POST", "/jobs", {"jobs": batch})["jobs"]
+            except typer.Exit:
+                # the error's job indexes count from the batch's first job
+                note(f"{where} failed; the {len(queued)} jobs before it stay queued")
+                raise
+            report(len(batch), f"{where} queued: {len(queued)}/{total} jobs")
+    return queued
+
+
+def stderr_is_tty() -> bool:
+    """Progress bars or plain progress lines (tests replace it)."""
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def batch_progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """Yields report(jobs_done, line): a progress bar on a terminal, else the line on stderr."""
+    if not stderr_is_tty():
+        yield lambda _done, line: note(line)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("queueing jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("submit", total=total)
+        yield lambda done, _line: progress.advance(task, done)
+
+
+def submitted_table(document: dict) -> Table:
+    table = new_table("Jobs", "id", "TQ", "status", caption=f"{len(document['jobs'])} jobs")
+    for job in document["jobs"]:
+        table.add_row(str(job["job_id"]), str(job["task_queue_id"]), job["status"])
+    return table
+
+
+# --- list -------------------------------------------------------------------
+
+
+@app.command("list")
 def list_jobs(
     status: Annotated[JobStatus | None, typer.Option(case_sensitive=False, help="Only jobs in this state.")] = None,
     owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
@@ -51,7 +133,7 @@ def list_jobs(
     """
     query = {"status": status.value if status else None, "owner": owner, "owner_group": group}
     jobs, next_cursor = fetch_jobs(connect(url, token), query, None if all_pages else limit, cursor)
-    core.show({"jobs": jobs, "next_cursor": next_cursor}, job_list_table)
+    show({"jobs": jobs, "next_cursor": next_cursor}, job_list_table)
 
 
 def fetch_jobs(
@@ -73,39 +155,38 @@ def job_list_table(document: dict) -> Table:
     caption = f"{len(document['jobs'])} jobs"
     if document["next_cursor"]:
         caption += f"; more with --cursor {document['next_cursor']}"
-    table = core.new_table("Jobs", "id", "status", "owner", "group", "TQ", "class", "uprio", "site", "submitted",
-                           caption=caption)  # fmt: skip
+    table = new_table("Jobs", "id", "status", "owner", "group", "TQ", "class", "uprio", "site", "submitted",
+                      caption=caption)  # fmt: skip
     for job in document["jobs"]:
         table.add_row(
             str(job["job_id"]), job["status"], job["owner"], job["owner_group"],
             dash(job["task_queue_id"]), str(job["priority_class"]), str(job["user_priority"]),
-            dash(job["site"]), job["submitted_at"][:19].replace("T", " "),
+            dash(job["site"]), timestamp(job["submitted_at"]),
         )  # fmt: skip
     return table
 
 
-def dash(value: Any) -> str:
-    return "-" if value is None else str(value)
+# --- one job ----------------------------------------------------------------
 
 
 def show_job(job: dict, title: str) -> None:
-    core.show(job, lambda doc: core.fields_table(title, doc))
+    show(job, lambda doc: fields_table(title, doc))
 
 
-@jobs_cli.command("show")
-def show(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
+@app.command("show")
+def show_one(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
     """One job: state, requirements, payload, where and when it ran."""
     show_job(call_api(connect(url, token), "GET", f"/jobs/{job_id}"), f"Job {job_id}")
 
 
-@jobs_cli.command("kill")
+@app.command("kill")
 def kill(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
     """Kill a job that has not finished (a finished one is refused)."""
     job = call_api(connect(url, token), "DELETE", f"/jobs/{job_id}")
     show_job(job, f"Job {job_id} killed")
 
 
-@jobs_cli.command("priority")
+@app.command("priority")
 def priority(
     job_id: JobId,
     user_priority: Annotated[
@@ -129,7 +210,7 @@ def priority(
     show_job(job, f"Job {job_id}")
 
 
-@jobs_cli.command("status")
+@app.command("status")
 def report_status(
     job_id: JobId,
     status: Annotated[

@@ -8,17 +8,16 @@ from typing import Annotated
 
 import typer
 
-from app import cli as core
-from app.cli_client import TokenOption, UrlOption, call_api_text, connect
-from app.cli_common import EXIT_USAGE, fail, print_json
+from app.cli.client import TokenOption, UrlOption, call_api_text, connect
+from app.cli.common import EXIT_USAGE, fail
+from app.cli.render import show
 
-associations_cli = typer.Typer(help="The Slurm association tree (sacctmgr format).", no_args_is_help=True)
-core.cli.add_typer(associations_cli, name="associations")
+app = typer.Typer(help="The Slurm association tree (sacctmgr format).", no_args_is_help=True)
 
 SACCTMGR_COMMAND = "sacctmgr -n -p show assoc cluster=X format=account,share,parentn,user"
 
 
-@associations_cli.command("import")
+@app.command("import")
 def associations_import(
     file: Annotated[
         str,
@@ -35,14 +34,10 @@ def associations_import(
     """
     text = read_dump(file)
     response = call_api_text(connect(url, token), "PUT", "/associations", content=text)
-    answer = response.json()
-    if core.stdout_is_tty():
-        typer.echo(f"imported {answer['associations']} associations")
-    else:
-        print_json(answer)
+    show(response.json(), lambda answer: f"imported {answer['associations']} associations")
 
 
-@associations_cli.command("export")
+@app.command("export")
 def associations_export(url: UrlOption = None, token: TokenOption = None) -> None:
     """Print the association tree as a sacctmgr dump, byte for byte the text imported."""
     response = call_api_text(connect(url, token), "GET", "/associations")

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from app.cli_common import EXIT_USAGE, fail
+from app.cli.common import EXIT_USAGE, fail
 
 
 def read_document(file: str) -> tuple[Any, str]:

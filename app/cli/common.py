@@ -1,9 +1,8 @@
-"""What every `fairmatch` command module shares: exit codes, messages, JSON output."""
+"""What every `fairmatch` command shares: exit codes, `error:` messages and notes, settings loading."""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -21,10 +20,6 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 def note(message: str) -> None:
     typer.echo(message, err=True)
-
-
-def print_json(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 def load_settings_or_exit() -> Settings:

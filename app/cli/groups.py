@@ -7,32 +7,31 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from app import cli as core
-from app.cli_client import TokenOption, UrlOption, call_api, connect, path_part
+from app.cli.client import TokenOption, UrlOption, call_api, connect, path_part
+from app.cli.render import new_table, shortened, show
 
 # what GET /groups/{name} shows and PUT takes back; the rest (name, job_sharing) is derived
 EDITABLE = ("job_share", "properties", "allow_background_tqs", "priority", "description")
 
-groups_cli = typer.Typer(help="Fair-share groups: shares, properties, priority levels.", no_args_is_help=True)
-core.cli.add_typer(groups_cli, name="groups")
+app = typer.Typer(help="Fair-share groups: shares, properties, priority levels.", no_args_is_help=True)
 
 GroupName = Annotated[str, typer.Argument(metavar="NAME", show_default=False, help="The group's name.")]
 
 
-@groups_cli.command("list")
+@app.command("list")
 def list_groups(url: UrlOption = None, token: TokenOption = None) -> None:
     """All groups by name (a user's token: its own groups)."""
-    core.show(call_api(connect(url, token), "GET", "/groups"), groups_table)
+    show(call_api(connect(url, token), "GET", "/groups"), groups_table)
 
 
-@groups_cli.command("show")
-def show(name: GroupName, url: UrlOption = None, token: TokenOption = None) -> None:
+@app.command("show")
+def show_group(name: GroupName, url: UrlOption = None, token: TokenOption = None) -> None:
     """One group."""
     group = call_api(connect(url, token), "GET", f"/groups/{path_part(name)}")
-    core.show(group, lambda doc: groups_table({"groups": [doc]}))
+    show(group, lambda doc: groups_table({"groups": [doc]}))
 
 
-@groups_cli.command("set")
+@app.command("set")
 def set_group(
     name: GroupName,
     share: Annotated[float | None, typer.Option(min=0, help="The group's job share.")] = None,
@@ -68,13 +67,13 @@ def set_group(
     body["description"] = body.get("description") or None
     group = call_api(api, "PUT", path, body)
     title = "Group created" if current is None else "Group updated"
-    core.show(group, lambda doc: groups_table({"groups": [doc]}, title))
+    show(group, lambda doc: groups_table({"groups": [doc]}, title))
 
 
 def groups_table(document: dict, title: str = "Groups") -> Table:
-    table = core.new_table(title, "name", "job_share", "properties", "background", "priority", "description")
+    table = new_table(title, "name", "job_share", "properties", "background", "priority", "description")
     for g in document["groups"]:
         background = "yes" if g["allow_background_tqs"] else "no"
-        table.add_row(g["name"], f"{g['job_share']:g}", core.shortened(g["properties"]), background,
+        table.add_row(g["name"], f"{g['job_share']:g}", shortened(g["properties"]), background,
                       str(g["priority"]), g["description"] or "-")  # fmt: skip
     return table

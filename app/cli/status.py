@@ -8,30 +8,32 @@ import typer
 from rich.console import Group
 from rich.table import Table
 
-from app import cli as core
-from app.cli_client import TokenOption, UrlOption, call_api, connect
+from app.cli.client import TokenOption, UrlOption, call_api, connect
+from app.cli.render import new_table, show, timestamp
 
 COUNTS = ("waiting", "matched", "running", "stalled")
 
+app = typer.Typer()
 
-@core.cli.command()
+
+@app.command()
 def status(
     top: Annotated[int, typer.Option(min=1, max=100, help="How many task queues to list.")] = 10,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """One screen for operators: jobs per group, match rate, busiest task queues, last priority run."""
-    core.show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
+    show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
 
 
 def status_screen(document: dict) -> Group:
-    groups = core.new_table("Jobs per group", "group", *COUNTS, caption=f"at {when(document['generated_at'])}")
+    groups = new_table("Jobs per group", "group", *COUNTS, caption=f"at {when(document['generated_at'])}")
     for row in [*document["groups"], {"owner_group": "total", **document["totals"]}]:
         groups.add_row(row["owner_group"], *(str(row[c]) for c in COUNTS))
-    rate = core.new_table("Matches", "window", "matches", "per second")
+    rate = new_table("Matches", "window", "matches", "per second")
     for window in document["match_rate"]:
         rate.add_row(f"{window['window_seconds'] // 60} min", str(window["matches"]), f"{window['per_second']:.3g}")
-    queues = core.new_table("Busiest task queues", "id", "owner", "group", "class", "priority", "jobs")
+    queues = new_table("Busiest task queues", "id", "owner", "group", "class", "priority", "jobs")
     for tq in document["top_task_queues"]:
         queues.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], str(tq["priority_class"]),
                        f"{tq['priority']:.4g}", str(tq["jobs"]))  # fmt: skip
@@ -39,7 +41,7 @@ def status_screen(document: dict) -> Group:
 
 
 def last_run_table(run: dict | None) -> Table:
-    table = core.new_table("Last priority run", "policy", "runner", "started", "finished", "task queues")
+    table = new_table("Last priority run", "policy", "runner", "started", "finished", "task queues")
     if run is None:
         table.caption = "none yet"
     else:
@@ -48,14 +50,14 @@ def last_run_table(run: dict | None) -> Table:
     return table
 
 
-def when(timestamp: str) -> str:
-    return timestamp[:19].replace("T", " ") + " UTC"
+def when(moment: str) -> str:
+    return f"{timestamp(moment)} UTC"
 
 
-@core.cli.command()
+@app.command()
 def recompute(url: UrlOption = None, token: TokenOption = None) -> None:
     """Run the priority loop now (admin) and summarise what it decided."""
-    core.show(call_api(connect(url, token), "POST", "/priorities/recompute"), recompute_table)
+    show(call_api(connect(url, token), "POST", "/priorities/recompute"), recompute_table)
 
 
 def recompute_table(document: dict) -> Table:
