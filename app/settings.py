@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,8 +28,6 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
-
-from app.priority.corrections_config import CorrectionsConfig
 
 DEFAULT_CONFIG_FILE = Path("config/fairmatch.toml")
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./fairmatch.db"
@@ -248,6 +247,52 @@ class MultifactorSettings(Section):
     fairshare: Literal["classic", "fair_tree"] = Field(
         "classic", description="classic F = 2^(-U/S), or Fair Tree ranks."
     )
+
+
+class SliceConfig(BaseModel):
+    """One time slice of a corrector instance."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    time_span: int = Field(gt=0, validation_alias=AliasChoices("time_span", "TimeSpan"))
+    weight: float = Field(gt=0, validation_alias=AliasChoices("weight", "Weight"))
+    max_correction: float = Field(ge=1, validation_alias=AliasChoices("max_correction", "MaxCorrection"))
+
+
+class InstanceConfig(BaseModel):
+    """One instance of DIRAC's WMSHistory share corrector: between groups (no `group`)
+    or between the owners of one group (`group` set)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    group: str | None = Field(
+        None,
+        validation_alias=AliasChoices("group", "Group"),
+        description="Correct between the owners of this group; unset: between groups.",
+    )
+    max_global_correction: float = Field(
+        3.0,
+        ge=1,
+        validation_alias=AliasChoices(
+            "max_global_correction", "MaxGlobalCorrectionFactor", "MaxGlobalCorrection"
+        ),
+    )
+    slices: dict[str, SliceConfig] = Field(min_length=1)
+
+
+class CorrectionsConfig(BaseModel):
+    """`[priority.corrections]`: the share corrector instances.
+
+    DIRAC's key names (TimeSpan, Weight, MaxCorrection, MaxGlobalCorrectionFactor
+    or its alias MaxGlobalCorrection, Group) are accepted alongside snake_case.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    instances: dict[str, InstanceConfig] = Field(default_factory=dict)
+
+    def longest_time_span(self) -> int:
+        return max((s.time_span for i in self.instances.values() for s in i.slices.values()), default=0)
 
 
 class PrioritySettings(Section):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from app.priority.corrections_config import InstanceConfig, SliceConfig
+from app.settings import InstanceConfig, SliceConfig
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.priority.corrections_config import CorrectionsConfig, InstanceConfig
+from app.settings import CorrectionsConfig, InstanceConfig
 
 CfgTree = dict[str, Any]
 """A parsed section: option name → str, subsection name → CfgTree."""

@@ -11,16 +11,8 @@ from collections.abc import Iterable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.dialect import insert_ignoring_conflicts
-from app.db.engine import read_transaction
-from app.db.tables import groups
-from app.errors import NotFound
 from app.fields import Int, Name
-from app.settings import GroupSettings
-from app.taskqueues import changes
 
 # The only property with an effect; others (DIRAC's NormalUser, ...) are kept as given.
 JOB_SHARING = "JOB_SHARING"
@@ -69,14 +61,14 @@ class GroupUpdate(BaseModel):
     description: Description | None = None
 
 
-def _row(
+def stored_values(
     job_share: float,
     properties: Iterable[str],
     allow_background_tqs: bool,
     priority: int,
     description: str | None = None,
 ) -> dict[str, Any]:
-    """A groups row; the one place job_sharing is derived from the properties."""
+    """A group's columns but its name: the one place job_sharing is derived from the properties."""
     properties = sorted(set(properties))
     return {
         "job_share": job_share,
@@ -86,74 +78,3 @@ def _row(
         "priority": priority,
         "description": description,
     }
-
-
-def _as_dict(row: Any) -> dict[str, Any]:
-    return {
-        "name": row.name,
-        "job_share": row.job_share,
-        "properties": sorted(row.properties),
-        "job_sharing": row.job_sharing,
-        "allow_background_tqs": row.allow_background_tqs,
-        "priority": row.priority,
-        "description": row.description,
-    }
-
-
-async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSettings]) -> None:
-    """Insert configured groups the database does not know yet; existing ones keep their values,
-    so edits made over the API survive restarts."""
-    if not configured:
-        return
-    rows = [
-        {"name": name, **_row(g.job_share, g.properties, g.allow_background_tqs, g.priority)}
-        for name, g in sorted(configured.items())
-    ]
-    async with conn.begin():
-        await conn.execute(insert_ignoring_conflicts(conn, groups, "name"), rows)
-
-
-async def list_groups(conn: AsyncConnection, visible: frozenset[str] | None = None) -> list[dict[str, Any]]:
-    """All groups by name; `visible` (when not None) restricts them to those names."""
-    query = select(groups).order_by(groups.c.name)
-    if visible is not None:
-        query = query.where(groups.c.name.in_(sorted(visible)))
-    async with read_transaction(conn):
-        rows = (await conn.execute(query)).all()
-    return [_as_dict(row) for row in rows]
-
-
-async def get_group(
-    conn: AsyncConnection, name: str, visible: frozenset[str] | None = None
-) -> dict[str, Any]:
-    """One group; a group outside `visible` is as missing as one that does not exist."""
-    if visible is not None and name not in visible:
-        raise NotFound(f"group {name!r} does not exist")
-    async with read_transaction(conn):
-        row = (await conn.execute(select(groups).where(groups.c.name == name))).first()
-    if row is None:
-        raise NotFound(f"group {name!r} does not exist")
-    return _as_dict(row)
-
-
-async def sharing_groups(conn: AsyncConnection) -> frozenset[str]:
-    """Groups with JOB_SHARING (matched by group alone). Inside the caller's transaction."""
-    return frozenset((await conn.execute(select(groups.c.name).where(groups.c.job_sharing.is_(True)))).scalars())
-
-
-async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tuple[dict[str, Any], bool]:
-    """Create or replace a group in one transaction; returns (the stored group, created?).
-
-    Insert-or-nothing first, then update: on PostgreSQL a concurrent creator
-    makes the insert wait and do nothing, so two PUTs of a new group never
-    collide; on SQLite BEGIN IMMEDIATE serialises them.
-    """
-    values = _row(spec.job_share, spec.properties, spec.allow_background_tqs, spec.priority, spec.description)
-    insert = insert_ignoring_conflicts(conn, groups, "name").values(name=name, **values)
-    async with conn.begin():
-        created = (await conn.execute(insert.returning(groups.c.name))).first() is not None
-        if not created:
-            await conn.execute(update(groups).where(groups.c.name == name).values(**values))
-        row = (await conn.execute(select(groups).where(groups.c.name == name))).one()
-    changes.bump()
-    return _as_dict(row), created

@@ -46,7 +46,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.priority.service import PRIORITY_LOCK
+from app.db.priorities import PRIORITY_LOCK
 from tests.conftest import TestDatabase as PgDatabase  # not a test class
 from tests.conftest import (
     BACKENDS,

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from app.clock import as_utc, utcnow
 from app.db.engine import create_engine, read_transaction
+from app.db.priorities import PriorityDB
 from app.db.tables import history_samples, running_samples
-from app.priority import history
+from app.services import history
 from tests.e2e.test_leases_and_shutdown import wait_for
 
 SHARED_CFG = "config/share-corrections.cfg"
@@ -182,8 +183,8 @@ def test_averages_count_empty_instants_and_old_samples_are_pruned(clean):
                         {"sample_id": sample_id, "owner_group": "g", "owner": "alice", "running": running},
                     ])  # fmt: skip
         async with read_transaction(conn):
-            recent = await history.average_running(conn, None, now - timedelta(seconds=60))
-            users = await history.average_running(conn, "g", now - timedelta(seconds=60))
+            recent = await PriorityDB.of(conn).average_running(None, now - timedelta(seconds=60))
+            users = await PriorityDB.of(conn).average_running("g", now - timedelta(seconds=60))
         took = await history.sample(conn, now, every_seconds=5, keep_seconds=3600)
         async with conn.begin():
             left = (await conn.execute(sa.select(sa.func.count()).select_from(history_samples))).scalar()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from app.priority.corrections_config import InstanceConfig, SliceConfig
 from app.priority.corrector import correct
+from app.settings import InstanceConfig, SliceConfig
 
 
 def instance(

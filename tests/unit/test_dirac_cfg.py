@@ -7,11 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from app.priority.corrections_config import (
-    CorrectionsConfig,
-    InstanceConfig,
-    SliceConfig,
-)
 from app.priority.dirac_cfg import (
     CfgError,
     corrections_from_cfg,
@@ -19,6 +14,7 @@ from app.priority.dirac_cfg import (
     parse_cfg,
     split_list,
 )
+from app.settings import CorrectionsConfig, InstanceConfig, SliceConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # the example shipped with the repository, a verbatim copy of the one in

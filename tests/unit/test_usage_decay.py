@@ -1,6 +1,6 @@
 """Usage accounting: lazy half-life decay, reset periods, charging the association and its ancestors.
 
-The pure rules first, then charge()/read_usage() against each test database backend.
+The pure rules first, then charging and reading usage against each test database backend.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import pytest
 import sqlalchemy as sa
 
 from app.accounting import usage
+from app.db.accounting import AccountingDB
 from app.db.engine import create_engine, read_transaction
 from app.db.tables import associations, usage_charges, usage_totals
+from app.services import accounting
 from app.settings import AccountingSettings
 
 # a Monday
@@ -80,12 +82,12 @@ def job(job_id=1, owner="alice", group="theory", cpu=1000.0, status="Done", vo="
 
 async def charge(conn, row, now, settings):
     async with conn.begin():
-        return await usage.charge(conn, row, now, settings)
+        return await accounting.charge(conn, row, now, settings)
 
 
 async def read(conn, now, settings):
     async with read_transaction(conn):
-        return await usage.read_usage(conn, now, settings)
+        return await accounting.read_usage(conn, now, settings)
 
 
 async def add_tree(conn):
@@ -170,8 +172,8 @@ def test_charge_goes_to_the_association_and_all_ancestors(clean):
         async with read_transaction(conn):
             totals = {(r.account, r.user): r.usage for r in await conn.execute(sa.select(usage_totals))}
             log = (await conn.execute(sa.select(usage_charges).order_by(usage_charges.c.id))).all()
-            window = await usage.windowed_usage(conn, T0 - DAY)
-            later = await usage.windowed_usage(conn, T0 + timedelta(seconds=1))
+            window = await AccountingDB.of(conn).windowed_usage(T0 - DAY)
+            later = await AccountingDB.of(conn).windowed_usage(T0 + timedelta(seconds=1))
         return charged, totals, log, window, later
 
     charged, totals, log, window, later = run(clean, scenario)

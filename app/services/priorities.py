@@ -13,40 +13,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.accounting import usage
+from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
-from app.db.advisory import lock, try_lock
-from app.db.dialect import change_time
-from app.db.tables import (
-    associations,
-    groups,
-    job_classes,
-    jobs,
-    priority_runs,
-    task_queues,
-    tq_jobs,
-)
+from app.db.accounting import AccountingDB
+from app.db.engine import read_transaction
+from app.db.job_classes import JobClassDB
+from app.db.priorities import PRIORITY_LOCK, PriorityDB
 from app.metrics import RECOMPUTE_DURATION
-from app.priority import (
-    corrector,
-    dirac,
-    dirac_cfg,
-    fairshare,
-    history,
-    multifactor,
-    rank,
-)
-from app.priority.corrections_config import CorrectionsConfig
+from app.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
 from app.priority.facts import TqFacts
-from app.settings import PrioritySettings, Settings
+from app.services import accounting
+from app.settings import CorrectionsConfig, PrioritySettings, Settings
 from app.taskqueues import changes as change_signal
-from app.taskqueues import store as tq_store
 from app.taskqueues.requirements import levels_of, stored_levels
 
-PRIORITY_LOCK = 7_100_001
 NO_CORRECTIONS = CorrectionsConfig()
 KEEP_RUNS = 100  # the run history kept for GET /shares and for operators
 
@@ -58,60 +40,6 @@ def configured_corrections(priority: PrioritySettings) -> CorrectionsConfig:
         instances.update(dirac_cfg.load_corrections(priority.corrections_file).instances)
     instances.update(priority.corrections.instances)
     return CorrectionsConfig(instances=instances)
-
-
-async def _loads(conn: AsyncConnection, only_groups: Collection[str] | None = None) -> list[dict]:
-    """Every TQ with waiting jobs: keys, current priority and levels, and its jobs per level.
-
-    One pass over the waiting jobs, grouped by (TQ, level): the averages and
-    sums the policies weigh with, and the level counts matching draws from.
-    The TQ rows and the oldest jobs are then read by key (a join would have
-    the planner repeat the pass in every parallel worker).
-    """
-    tq = task_queues
-    per_level = select(
-        tq_jobs.c.tq_id,
-        tq_jobs.c.real_priority,
-        func.count(),
-        # ids grow with submission: the lowest is the oldest waiting job
-        func.min(tq_jobs.c.job_id),
-    ).group_by(tq_jobs.c.tq_id, tq_jobs.c.real_priority)
-    if only_groups is not None:
-        # filter before aggregating: the planner cannot push it through the GROUP BY
-        in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
-        per_level = per_level.where(tq_jobs.c.tq_id.in_(in_groups))
-    levels: dict[int, dict[float, int]] = {}
-    oldest: dict[int, int] = {}
-    for tq_id, level, jobs_at_level, first in await conn.execute(per_level):
-        levels.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
-        oldest[tq_id] = min(first, oldest.get(tq_id, first))
-    loads = []
-    for part in tq_store.chunks(sorted(levels)):
-        submitted = dict(
-            (await conn.execute(select(jobs.c.id, jobs.c.submitted_at).where(jobs.c.id.in_([oldest[i] for i in part])))).all()
-        )
-        rows = await conn.execute(
-            select(
-                tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-                tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
-            ).where(tq.c.id.in_(part))
-        )  # fmt: skip
-        for row in rows:
-            counts = levels[row.id]
-            weighted = sum(p * n for p, n in counts.items())
-            jobs_waiting = sum(counts.values())
-            loads.append({
-                **row._asdict(), "levels": counts, "jobs": jobs_waiting, "sum_rp": weighted,
-                "avg_rp": weighted / jobs_waiting, "submitted_at": submitted[oldest[row.id]],
-            })  # fmt: skip
-    return loads
-
-
-async def _group_policies(conn: AsyncConnection) -> dict[str, dirac.GroupPolicy]:
-    rows = await conn.execute(
-        select(groups.c.name, groups.c.job_share, groups.c.job_sharing, groups.c.allow_background_tqs)
-    )
-    return {name: dirac.GroupPolicy(share, sharing, background) for name, share, sharing, background in rows}
 
 
 def _facts(rows: list[dict]) -> list[TqFacts]:
@@ -134,7 +62,7 @@ def _tq_loads(rows: list[dict]) -> list[dirac.TqLoad]:
 
 
 async def _corrections(
-    conn: AsyncConnection,
+    db: PriorityDB,
     config: CorrectionsConfig,
     loads: list[dirac.TqLoad],
     policies: dict[str, dirac.GroupPolicy],
@@ -156,7 +84,7 @@ async def _corrections(
         else:
             continue  # nothing waiting in that group, or one entity: nothing to correct between
         usage = {
-            slice_name: await history.average_running(conn, instance.group, now - timedelta(seconds=s.time_span))
+            slice_name: await db.average_running(instance.group, now - timedelta(seconds=s.time_span))
             for slice_name, s in instance.slices.items()
         }
         result = corrector.correct(instance, shares, usage)
@@ -178,7 +106,7 @@ class Outcome:
     report: dict[str, Any]
 
 
-async def _apply(conn: AsyncConnection, rows: list[dict], outcome: Outcome) -> int:
+async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome) -> int:
     """Write the priorities and level counts that changed, in id order (a stable lock
     order). Returns how many priorities changed."""
     changes = []
@@ -191,33 +119,15 @@ async def _apply(conn: AsyncConnection, rows: list[dict], outcome: Outcome) -> i
             changed_priorities += new_priority
             changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels})
     if changes:
-        await conn.execute(
-            update(task_queues)
-            .where(task_queues.c.id == bindparam("tq"))
-            .values(
-                priority=bindparam("priority"),
-                priority_origin=bindparam("origin"),
-                levels=bindparam("levels"),
-                changed_at=change_time(conn),
-            ),
-            changes,
-        )
+        await db.set_priorities(changes)
         change_signal.bump()
     return changed_priorities
 
 
-async def _forget_drained_levels(conn: AsyncConnection) -> None:
+async def _forget_drained_levels(db: PriorityDB) -> None:
     """TQs whose last job left still list levels (claims do not subtract): empty them,
     so that no matcher draws from them again."""
-    result = await conn.execute(
-        update(task_queues)
-        .where(
-            func.json_array_length(task_queues.c.levels) > 0,
-            ~exists().where(tq_jobs.c.tq_id == task_queues.c.id),
-        )
-        .values(levels=[], changed_at=change_time(conn))
-    )
-    if result.rowcount:
+    if await db.forget_drained_levels():
         change_signal.bump()
 
 
@@ -247,11 +157,12 @@ def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], correctio
 async def _decide_dirac(
     conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
+    db = PriorityDB.of(conn)
     loads = _tq_loads(rows)
-    policies = await _group_policies(conn)
+    policies = await db.group_policies()
     corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
     group_factors, user_factors, explained = (
-        await _corrections(conn, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
+        await _corrections(db, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
     )
     decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
     return Outcome(decision.priorities, decision.origins, _dirac_report(decision, explained, corrections_on))
@@ -261,11 +172,8 @@ async def _decide_rank(
     conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
     window = settings.priority.rank.window_days
-    groups_by_name = {
-        name: rank.RankGroup(job_share=share, priority=level)
-        for name, share, level in await conn.execute(select(groups.c.name, groups.c.job_share, groups.c.priority))
-    }
-    used = await usage.windowed_usage(conn, now - timedelta(days=window))
+    groups_by_name = await PriorityDB.of(conn).rank_groups()
+    used = await AccountingDB.of(conn).windowed_usage(now - timedelta(days=window))
     decided = rank.decide(_facts(rows), groups_by_name, used, settings.priority.rank)
     return Outcome(
         {tq: p for tq, (p, _) in decided.items()},
@@ -276,15 +184,10 @@ async def _decide_rank(
 
 async def _association_tree(conn: AsyncConnection, facts: list[TqFacts]) -> dict:
     """The imported association tree, or, without one, root -> groups (job_share) -> owners."""
-    rows = (
-        await conn.execute(
-            select(associations.c.account, associations.c.user, associations.c.parent, associations.c.shares)
-            .order_by(associations.c.position)
-        )
-    ).all()
+    rows = await AccountingDB.of(conn).associations()
     if rows:
-        return fairshare.tree_from_associations([tuple(r) for r in rows])
-    shares = dict((await conn.execute(select(groups.c.name, groups.c.job_share))).all())
+        return fairshare.tree_from_associations([(r.account, r.user, r.parent, r.shares) for r in rows])
+    shares = await PriorityDB.of(conn).group_shares()
     members = {(f.owner_group, f.owner) for f in facts}
     return fairshare.implicit_tree({g: shares.get(g, dirac.DEFAULT_SHARE) for g, _ in members}, members)
 
@@ -295,9 +198,9 @@ async def _decide_multifactor(
     options = settings.priority.multifactor
     facts = _facts(rows)
     tree = await _association_tree(conn, facts)
-    shares = fairshare.compute(tree, await usage.read_usage(conn, now, settings), options.fairshare)
-    levels = dict((await conn.execute(select(groups.c.name, groups.c.priority))).all())
-    class_priority = dict((await conn.execute(select(job_classes.c.name, job_classes.c.priority))).all())
+    shares = fairshare.compute(tree, await accounting.read_usage(conn, now, settings), options.fairshare)
+    levels = await PriorityDB.of(conn).group_levels()
+    class_priority = {job_class.name: job_class.priority for job_class in await JobClassDB.of(conn).all()}
     decided = multifactor.decide(
         facts,
         now,
@@ -337,17 +240,18 @@ async def recompute(
     """Recompute every TQ's priority. Scheduled runs give way to a concurrent or recent
     run (None); a forced run waits for the lock and always runs."""
     async with conn.begin():
+        db = PriorityDB.of(conn)
         if scheduled:
-            if not await try_lock(conn, PRIORITY_LOCK) or await _ran_recently(conn, utcnow(), settings):
+            if not await db.try_leader_lock(PRIORITY_LOCK) or await _ran_recently(db, utcnow(), settings):
                 return None
         else:
-            await lock(conn, PRIORITY_LOCK)
+            await db.leader_lock(PRIORITY_LOCK)
         started = utcnow()  # the run starts once it holds the lock
         clock = time.perf_counter()
-        rows = await _loads(conn)
+        rows = await db.waiting_loads()
         outcome = await DECIDERS[settings.priority.policy](conn, settings, corrections, rows, started)
-        changed = await _apply(conn, rows, outcome)
-        await _forget_drained_levels(conn)
+        changed = await _apply(db, rows, outcome)
+        await _forget_drained_levels(db)
         finished = utcnow()
         report = {
             "policy": settings.priority.policy,
@@ -358,15 +262,11 @@ async def recompute(
             **outcome.report,
             "task_queue_priorities": _task_queue_report(rows, outcome),
         }
-        run_id = (
-            await conn.execute(
-                insert(priority_runs).values(
-                    runner=runner, started_at=started, finished_at=finished, policy=settings.priority.policy,
-                    task_queues=len(rows), report=report,
-                ).returning(priority_runs.c.id)
-            )
-        ).scalar_one()  # fmt: skip
-        await conn.execute(delete(priority_runs).where(priority_runs.c.id <= run_id - KEEP_RUNS))
+        run_id = await db.record_run({
+            "runner": runner, "started_at": started, "finished_at": finished, "policy": settings.priority.policy,
+            "task_queues": len(rows), "report": report,
+        })  # fmt: skip
+        await db.prune_runs(run_id, KEEP_RUNS)
     RECOMPUTE_DURATION.observe(time.perf_counter() - clock)
     return {
         "runner": runner,
@@ -378,9 +278,9 @@ async def recompute(
     }
 
 
-async def _ran_recently(conn: AsyncConnection, now: datetime, settings: Settings) -> bool:
-    last = (await conn.execute(select(func.max(priority_runs.c.finished_at)))).scalar()
-    return last is not None and as_utc(last) > now - timedelta(seconds=0.9 * settings.priority.interval_seconds)
+async def _ran_recently(db: PriorityDB, now: datetime, settings: Settings) -> bool:
+    last = await db.last_run_finished()
+    return last is not None and last > now - timedelta(seconds=0.9 * settings.priority.interval_seconds)
 
 
 async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
@@ -391,21 +291,23 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
     decide over everything (without recording a run). The loop refines both.
     """
     async with conn.begin():
-        await lock(conn, PRIORITY_LOCK)
+        db = PriorityDB.of(conn)
+        await db.leader_lock(PRIORITY_LOCK)
         now = utcnow()
         if settings.priority.policy != "dirac":
-            rows = await _loads(conn)
+            rows = await db.waiting_loads()
             if rows:
-                await _apply(conn, rows, await DECIDERS[settings.priority.policy](conn, settings, NO_CORRECTIONS, rows, now))
+                decide = DECIDERS[settings.priority.policy]
+                await _apply(db, rows, await decide(conn, settings, NO_CORRECTIONS, rows, now))
             return
-        rows = await _loads(conn, group_names)
+        rows = await db.waiting_loads(group_names)
         if not rows:
             return
-        last = await latest_run(conn)
+        last = await db.latest_run()
         group_factors, user_factors = _factors_of(last["report"] if last else None)
-        policies = await _group_policies(conn)
+        policies = await db.group_policies()
         decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, group_factors, user_factors)
-        await _apply(conn, rows, Outcome(decision.priorities, decision.origins, {}))
+        await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}))
 
 
 def _factors_of(report: dict | None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
@@ -418,16 +320,36 @@ def _factors_of(report: dict | None) -> tuple[dict[str, float], dict[tuple[str, 
     return group_factors, user_factors
 
 
-async def latest_run(conn: AsyncConnection) -> dict[str, Any] | None:
-    row = (
-        await conn.execute(select(priority_runs).order_by(priority_runs.c.id.desc()).limit(1))
-    ).first()
-    if row is None:
-        return None
+async def shares(conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, *, runner: str) -> dict:
+    """The last priority run's decision (sshare); one run is made first if there was none."""
+    async with read_transaction(conn):
+        last = await PriorityDB.of(conn).latest_run()
+    if last is None:
+        return await recompute(conn, settings, corrections, runner=runner, scheduled=False)
+    return {**{k: v for k, v in last.items() if k != "report"}, **last["report"]}
+
+
+async def explain_priorities(
+    conn: AsyncConnection, settings: Settings, scope: JobScope, *, task_queue_id: int | None, jobs_limit: int
+) -> dict:
+    """Every TQ's priority class, priority and its terms or factors (within `scope`); then
+    waiting jobs (lowest ids first) with their user priority and the TQ values they inherit."""
+    async with read_transaction(conn):
+        db = PriorityDB.of(conn)
+        queues = await db.queue_priorities(task_queue_id, scope)
+        waiting = await db.waiting_jobs(queues, jobs_limit) if queues and jobs_limit else []
     return {
-        "runner": row.runner,
-        "started_at": as_utc(row.started_at),
-        "finished_at": as_utc(row.finished_at),
-        "task_queues": row.task_queues,
-        "report": row.report,
-    }
+        "policy": settings.priority.policy,
+        "lottery": settings.matching.lottery.value,
+        "task_queues": [
+            {"task_queue_id": q.id, "owner": q.owner, "owner_group": q.owner_group,
+             "priority_class": q.priority_class, "priority": q.priority, "origin": q.priority_origin}
+            for q in queues.values()
+        ],
+        "jobs": [
+            {"job_id": j.job_id, "task_queue_id": j.tq_id, "user_priority": j.user_priority,
+             "real_priority": j.real_priority, "priority_class": queues[j.tq_id].priority_class,
+             "task_queue_priority": queues[j.tq_id].priority}
+            for j in waiting
+        ],
+    }  # fmt: skip

@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import read_transaction
-from app.db.tables import groups, jobs, priority_runs, task_queues, tq_jobs
-from app.jobs.lifecycle import HOLDING_A_SLOT
+from app.db.priorities import PriorityDB
 from app.priority.groups import DEFAULT_JOB_SHARE
 
 log = logging.getLogger("fairmatch.metrics")
@@ -39,30 +37,15 @@ class Snapshot:
 
 
 async def read_snapshot(engine: AsyncEngine) -> Snapshot:
-    tq = task_queues
+    """The shared state, read in one transaction of its own."""
     async with engine.connect() as conn, read_transaction(conn):
-        waiting = dict(
-            (await conn.execute(
-                select(tq.c.owner_group, func.count())
-                .select_from(tq_jobs.join(tq, tq.c.id == tq_jobs.c.tq_id))
-                .group_by(tq.c.owner_group)
-            )).all()
-        )  # fmt: skip
-        running = dict(
-            (await conn.execute(
-                select(jobs.c.owner_group, func.count())
-                .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
-                .group_by(jobs.c.owner_group)
-            )).all()
-        )  # fmt: skip
-        by_status = dict(
-            (await conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status))).all()
-        )
-        tq_count = (await conn.execute(select(func.count()).select_from(tq))).scalar_one()
-        shares = dict((await conn.execute(select(groups.c.name, groups.c.job_share))).all())
-        report = (
-            await conn.execute(select(priority_runs.c.report).order_by(priority_runs.c.id.desc()).limit(1))
-        ).scalar()
+        db = PriorityDB.of(conn)
+        waiting = await db.waiting_per_group()
+        running = await db.running_per_group()
+        by_status = await db.jobs_per_status()
+        tq_count = await db.task_queue_count()
+        shares = await db.group_shares()
+        report = await db.latest_report()
     return Snapshot(
         waiting=waiting,
         running=running,
