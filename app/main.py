@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app as package
-from app import background
+from app.services import background
 from app.api import associations as associations_api
 from app.api import (
     body_limits,
@@ -33,12 +33,12 @@ from app.api.deps import MatchingContext
 from app.auth.tokens import TokenVerifier
 from app.db import migrate
 from app.db.engine import RequestConnections, create_engine
-from app.gauges import DatabaseGauges
 from app.limits import rules as limit_rules
-from app.limits import store as limit_store
-from app.matching.keeper import Keeper
-from app.priority import groups
-from app.priority.service import configured_corrections
+from app.services import groups as group_services
+from app.services import limits as limit_services
+from app.services.gauges import DatabaseGauges
+from app.services.keeper import Keeper
+from app.services.priorities import configured_corrections
 from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
@@ -90,8 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             await check_schema(engine, settings.database_url)
             async with engine.connect() as conn:
-                await groups.create_missing(conn, settings.groups)
-                await limit_store.create_missing(conn, limit_rules.from_settings(settings.site_limits))
+                await group_services.create_missing(conn, settings.groups)
+                await limit_services.create_missing(conn, limit_rules.from_settings(settings.site_limits))
         except BaseException:
             await engine.dispose()
             raise

@@ -4,7 +4,7 @@ Counters and histograms live here, one set per process. `fairmatch serve`
 points `PROMETHEUS_MULTIPROC_DIR` at a directory it wipes at start, before
 any worker imports prometheus-client, so that every worker writes its values
 there and whichever worker answers a scrape reports the sum over all of them.
-Gauges read from the database are not here: see `app.gauges`.
+Gauges read from the database are not here: see `app.services.gauges`.
 """
 
 from __future__ import annotations

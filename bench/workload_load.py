@@ -27,10 +27,10 @@ from psycopg.types.json import Json
 from sqlalchemy import ARRAY
 from sqlalchemy.dialects import postgresql
 
-from app.db.tables import MULTI_VALUE_FIELDS, task_queues
+from app.db.tables import task_queues
+from app.db.taskqueues import INITIAL_PRIORITY
 from app.jobs.lifecycle import JobStatus
-from app.taskqueues.requirements import levels_of, real_priority, stored_levels
-from app.taskqueues.store import INITIAL_PRIORITY
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of, real_priority, stored_levels
 from bench.workload_fit import apportion
 from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
 

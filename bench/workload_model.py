@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from app.db.tables import MULTI_VALUE_FIELDS
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from app.jobs.models import JobSpec
-from app.jobs.store import requirements_of
+from app.jobs.submission import requirements_of
 from app.settings import Settings, load_settings
 from app.taskqueues.requirements import Requirements
 

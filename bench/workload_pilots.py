@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from app.db.tables import MULTI_VALUE_FIELDS
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from app.matching.catalog import Catalog
 from app.matching.eligibility import eligible
 from app.matching.resource import ResourceDescription

@@ -17,7 +17,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.accounting import association_store as store
 from app.accounting.associations import (
     Association,
     AssociationError,
@@ -29,6 +28,7 @@ from app.api.deps import Caller, Connection
 from app.auth import policy
 from app.auth.tokens import Role
 from app.errors import InvalidInput
+from app.services import accounting as store
 
 router = APIRouter(prefix="/associations", tags=["associations"])
 

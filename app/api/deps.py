@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.tokens import ANONYMOUS_ADMIN, Principal
 from app.errors import Forbidden, Unauthorized
-from app.matching.keeper import Keeper
+from app.services.keeper import Keeper
 from app.settings import AuthMode, Settings
 
 

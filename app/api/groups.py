@@ -11,8 +11,8 @@ from app.api.deps import Caller, Connection
 from app.auth import policy
 from app.auth.tokens import Principal, Role
 from app.fields import Name
-from app.priority import groups as store
 from app.priority.groups import GroupUpdate
+from app.services import groups as store
 
 router = APIRouter(prefix="/groups", tags=["groups"])
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from app.api.schemas import Health
+from app.db.engine import ping
 from app.metrics import process_metrics
 
 router = APIRouter(tags=["health"])
@@ -26,8 +26,7 @@ async def healthz() -> dict:
 )
 async def readyz(request: Request) -> dict | JSONResponse:
     try:
-        async with request.app.state.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
+        await ping(request.app.state.engine)
     except Exception:  # any failure to reach the database means not ready
         return JSONResponse({"status": "unavailable"}, status_code=503, headers={"Retry-After": "5"})
     return {"status": "ready"}

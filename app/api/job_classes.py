@@ -12,7 +12,7 @@ from app.auth import policy
 from app.auth.tokens import Principal, Role
 from app.errors import NotFound
 from app.fields import Name
-from app.jobs import classes as store
+from app.services import job_classes as store
 from app.jobs.classes import JobClassSpec
 
 router = APIRouter(prefix="/job-classes", tags=["job classes"])

@@ -14,7 +14,8 @@ from app.api.schemas import Job, JobPage, SubmitResponse
 from app.auth import policy
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
-from app.jobs import classes, store
+from app.services import job_classes as classes
+from app.services import jobs as store
 from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest

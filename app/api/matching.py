@@ -11,11 +11,10 @@ from app.api.deps import Caller, Connection, Matching
 from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.auth import policy
 from app.auth.tokens import Principal, Role
-from app.db.engine import read_transaction
 from app.errors import NotFound
-from app.matching import service
 from app.matching.resource import ResourceDescription
-from app.taskqueues import store as tq_store
+from app.services import matching as service
+from app.services import taskqueues
 
 router = APIRouter(tags=["matching"])
 
@@ -62,8 +61,7 @@ def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
 async def list_task_queues(conn: Connection, caller: Caller) -> dict:
     policy.require(caller, Role.admin, Role.operator, Role.user)
-    async with read_transaction(conn):
-        tqs = await tq_store.read_task_queues(conn)
+    tqs = await taskqueues.read_task_queues(conn)
     return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
@@ -72,8 +70,7 @@ async def get_task_queue(
     tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Connection, caller: Caller
 ) -> dict:
     policy.require(caller, Role.admin, Role.operator, Role.user)
-    async with read_transaction(conn):
-        found = _visible_task_queues(caller, await tq_store.read_task_queues(conn, [tq_id]))
+    found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")
     return found[0]

@@ -11,10 +11,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, mode
 from app.api.deps import Caller, Connection
 from app.auth import policy
 from app.auth.tokens import Role
-from app.db.engine import read_transaction
 from app.fields import Int, Name
-from app.limits import store
 from app.limits.rules import DIRAC_NAMES, Attribute, Limit
+from app.services import limits as limit_service
 
 router = APIRouter(prefix="/limits", tags=["limits"])
 
@@ -84,8 +83,7 @@ class LimitList(BaseModel):
 
 
 async def _current(conn: Connection) -> dict:
-    async with read_transaction(conn):
-        return {"limits": await store.list_limits(conn)}
+    return {"limits": await limit_service.list_limits(conn)}
 
 
 @router.get("", response_model=LimitList, summary="Every site limit with its current state")
@@ -101,5 +99,5 @@ async def put_limits(body: LimitSet, conn: Connection, caller: Caller) -> dict:
         Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay)
         for s in sorted(body.limits, key=lambda s: (s.site, s.attribute.value, s.value))
     ]
-    await store.replace_limits(conn, limits)
+    await limit_service.replace_limits(conn, limits)
     return await _current(conn)

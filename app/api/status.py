@@ -11,9 +11,7 @@ from pydantic import BaseModel, Field
 from app.api.deps import Caller, Connection
 from app.auth import policy
 from app.auth.tokens import Role
-from app.clock import utcnow
-from app.db.engine import read_transaction
-from app.jobs import summary
+from app.services import status as status_service
 
 router = APIRouter(tags=["status"])
 
@@ -72,5 +70,4 @@ async def status(
     top: Annotated[int, Query(ge=1, le=100, description="How many task queues to list.")] = 10,
 ) -> dict:
     policy.require(caller, Role.admin, Role.operator)
-    async with read_transaction(conn):
-        return await summary.summary(conn, utcnow(), top)
+    return await status_service.summary(conn, top)

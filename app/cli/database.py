@@ -71,10 +71,6 @@ def on_database(url: str, action: Callable[[], Any]) -> Any:
 
 def redacted(url: str) -> str:
     """The URL as it may be shown: its password replaced by ***."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from app.db.engine import redacted_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparsable URL>"
+    return redacted_url(url)

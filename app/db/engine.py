@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -42,6 +43,14 @@ def normalise_url(url: str) -> URL:
             f"unsupported database URL scheme {driver!r}: use postgresql://… or sqlite:///…"
         )
     return parsed
+
+
+def redacted_url(url: str) -> str:
+    """The URL as it may be shown: its password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable URL>"
 
 
 def is_sqlite(url: URL) -> bool:
@@ -149,3 +158,9 @@ async def read_transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnecti
             yield conn
     finally:
         await conn.execution_options(fairmatch_read_only=False)
+
+
+async def ping(engine: AsyncEngine) -> None:
+    """One round trip to the database; raises when it cannot be reached."""
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))

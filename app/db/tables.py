@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS
+
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -60,7 +62,7 @@ task_queues = Table(
     # The value lists again, as arrays on PostgreSQL (JSON lists on SQLite), written
     # once with the TQ: matching tests them in the row it reads anyway, where the
     # value tables would cost a probe per field and TQ.
-    *(Column(field, ValueList) for field in ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")),
+    *(Column(field, ValueList) for field in MULTI_VALUE_FIELDS),
     # Waiting jobs per user-priority level, [[real_priority, jobs], ...]: exact after each
     # priority-loop run, plus the jobs submitted since (claims are not subtracted, so
     # matching never waits on a counter row). Weights of the level lottery.
@@ -69,10 +71,6 @@ task_queues = Table(
     # PostgreSQL): each matcher process polls it to keep its copy of this table.
     Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
 )
-
-# The multi-valued requirements, keyed by the JobSpec field that fills them.
-MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
-
 
 def _tq_values_table(field: str) -> Table:
     return Table(

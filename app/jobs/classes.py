@@ -11,7 +11,6 @@ was settled when they were queued.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +22,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.db.dialect import insert_ignoring_conflicts
-from app.db.engine import read_transaction
-from app.db.tables import job_classes
-from app.errors import NotFound
 from app.fields import MAX_VALUES, Int, Name
 from app.jobs.models import PRIORITY_CLASS_MAX, PRIORITY_CLASS_MIN
 from app.priority.groups import Description
@@ -118,67 +110,3 @@ class PriorityChange(BaseModel):
         if self.user_priority is None and self.priority_class is None:
             raise ValueError("give user_priority, priority_class or both")
         return self
-
-
-def _from_row(row: Any) -> JobClass:
-    return JobClass(
-        name=row.name,
-        default_class=row.default_class,
-        max_class=row.max_class,
-        allowed_users=frozenset(row.allowed_users),
-        allowed_groups=frozenset(row.allowed_groups),
-        priority=row.priority,
-        description=row.description,
-    )
-
-
-def _values(spec: JobClassSpec) -> dict[str, Any]:
-    return {
-        "default_class": spec.default_class,
-        "max_class": spec.max_class,
-        # sorted and de-duplicated, so reads are stable whatever order was sent
-        "allowed_users": sorted(set(spec.allowed_users)),
-        "allowed_groups": sorted(set(spec.allowed_groups)),
-        "priority": spec.priority,
-        "description": spec.description,
-    }
-
-
-async def list_classes(conn: AsyncConnection) -> list[JobClass]:
-    async with read_transaction(conn):
-        rows = (await conn.execute(select(job_classes).order_by(job_classes.c.name))).all()
-    return [_from_row(row) for row in rows]
-
-
-async def get_class(conn: AsyncConnection, name: str) -> JobClass:
-    async with read_transaction(conn):
-        row = (await conn.execute(select(job_classes).where(job_classes.c.name == name))).first()
-    if row is None:
-        raise NotFound(f"job class {name!r} does not exist")
-    return _from_row(row)
-
-
-async def load_named(conn: AsyncConnection, names: Iterable[str | None]) -> dict[str, JobClass]:
-    """The existing classes among `names` (None ignored), by name; missing ones are simply absent."""
-    wanted = sorted({n for n in names if n is not None})
-    if not wanted:
-        return {}
-    async with read_transaction(conn):
-        rows = (await conn.execute(select(job_classes).where(job_classes.c.name.in_(wanted)))).all()
-    return {row.name: _from_row(row) for row in rows}
-
-
-async def put_class(conn: AsyncConnection, name: str, spec: JobClassSpec) -> tuple[JobClass, bool]:
-    """Create or replace a class in one transaction; returns (the stored class, created?).
-
-    Insert-or-nothing, then update: two concurrent PUTs of a new class never
-    collide (as for groups, see app/priority/groups.py).
-    """
-    values = _values(spec)
-    insert = insert_ignoring_conflicts(conn, job_classes, "name").values(name=name, **values)
-    async with conn.begin():
-        created = (await conn.execute(insert.returning(job_classes.c.name))).first() is not None
-        if not created:
-            await conn.execute(update(job_classes).where(job_classes.c.name == name).values(**values))
-        row = (await conn.execute(select(job_classes).where(job_classes.c.name == name))).one()
-    return _from_row(row), created

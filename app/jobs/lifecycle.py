@@ -9,7 +9,12 @@ Running -> Running is the heartbeat. Everything else is refused.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
+
+from app.clock import as_utc
+from app.settings import Settings
 
 
 class JobStatus(StrEnum):
@@ -39,3 +44,14 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
 def allowed(current: JobStatus, new: JobStatus) -> bool:
     return new in _ALLOWED.get(current, frozenset())
 
+
+
+def lease_until(now: datetime, settings: Settings) -> datetime:
+    """When a job matched now loses its match unless its pilot reports."""
+    return now + timedelta(seconds=settings.jobs.matched_lease_seconds)
+
+
+def lease_lapsed(job: Any, by: datetime) -> bool:
+    """Whether the job is Matched with a lease that ran out by `by`."""
+    lease = as_utc(job.lease_expires_at)
+    return job.status == JobStatus.Matched and lease is not None and lease <= by

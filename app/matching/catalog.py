@@ -11,7 +11,7 @@ What keeps the copy right:
 - a TQ's requirements never change (its id and hash name one requirement set), so
   whether a resource may take it never changes either; only its priority,
   its levels and whether it still holds jobs do, and each change of those
-  moves the row's `changed_at`, which `app.matching.keeper` polls;
+  moves the row's `changed_at`, which `app.services.keeper` polls;
 - a claim that finds a level, or a whole TQ, empty takes it out of this copy
   until its row changes again (new jobs always change it);
 - TQs deleted from the database leave it at the keeper's periodic sweep of ids.
@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.db.tables import MULTI_VALUE_FIELDS
-from app.taskqueues.requirements import levels_of
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of
 
 # single-valued keys with bit sets of their own
 KEY_FIELDS = ("owner", "owner_group", "vo")

@@ -11,9 +11,10 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from app.db.tables import MULTI_VALUE_FIELDS
-
 ANY = "any"
+
+# The requirement fields that hold a list of values (one tq_values table each).
+MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
 
 # Fields where a job listing `any` means "no restriction" (a DIRAC JDL habit:
 # Site = ANY). Tags and banned sites are literal.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.db.tables import MULTI_VALUE_FIELDS
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from app.matching.catalog import Catalog
 
 CHANGED = datetime(2026, 1, 1, tzinfo=UTC)

@@ -25,7 +25,7 @@ from app.auth.policy import check_submission
 from app.auth.tokens import ANONYMOUS_ADMIN
 from app.db import migrate
 from app.jobs.models import JobSpec
-from app.jobs.store import requirements_of
+from app.jobs.submission import requirements_of
 from app.settings import load_settings
 from app.taskqueues.requirements import real_priority
 from bench import workload_lhcb

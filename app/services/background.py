@@ -18,14 +18,12 @@ from datetime import timedelta
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.accounting import usage
 from app.clock import utcnow
-from app.jobs import store as job_store
-from app.priority import history
-from app.priority import service as priority_service
-from app.priority.corrections_config import CorrectionsConfig
-from app.settings import Settings
-from app.taskqueues import store as tq_store
+from app.services import jobs as job_store
+from app.services import accounting, history
+from app.services import priorities as priority_service
+from app.settings import CorrectionsConfig, Settings
+from app.services import taskqueues
 
 log = logging.getLogger("fairmatch.background")
 
@@ -70,12 +68,12 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         now = utcnow()
         took = await history.sample(conn, now, p.sample_seconds, keep_seconds=max(keep, 3600))
         if took:  # the charge log only serves the rank policy's window
-            await usage.prune_charges(conn, now - timedelta(days=p.rank.window_days))
+            await accounting.prune_charges(conn, now - timedelta(days=p.rank.window_days))
         return took
 
     return [
         asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
-                                   "empty task queues deleted", tq_store.delete_all_empty)),
+                                   "empty task queues deleted", taskqueues.delete_all_empty)),
         asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
                                    "jobs returned to Waiting or Stalled", lambda c: watch_jobs(c, settings))),
         asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),

@@ -29,7 +29,7 @@ from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.dialect import is_postgresql
+from app.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from app.db.tables import job_events, jobs, match_requests, site_limits, tq_jobs
 from app.jobs.lifecycle import JobStatus
 
@@ -135,47 +135,94 @@ class _Row:
         self.__dict__.update(values)
 
 
-async def claim(
-    conn: AsyncConnection,
-    target: ClaimTarget,
-    *,
-    site: str,
-    pilot_reference: str | None,
-    requester: str,
-    request_id: str | None,
-    now: datetime,
-    lease_until: datetime,
-    rng: random.Random,
-    guard: Guard | None = None,
-) -> Claimed | Missed | Refused:
-    """Claim one job in its own transaction."""
-    params = {
-        "tq_id": target.tq_id,
-        "level": target.level,
-        "job_id": target.job_id,
-        "candidates": target.candidates,
-        "site": site,
-        "pilot_reference": pilot_reference,
-        "requester": requester,
-        "request_id": request_id,
-        "now": now,
-        "lease_until": lease_until,
-        "guarded": guard is not None,
-    }
-    statement = CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
-    if guard is None and is_postgresql(conn):
-        return _outcome(await _execute(conn, statement, params))
-    async with conn.begin() as transaction:
-        if is_postgresql(conn):
-            outcome = _outcome((await conn.exec_driver_sql(statement, params)).one())
-        else:
-            outcome = await _claim_serialised(conn, target, params, rng)
-        if isinstance(outcome, Claimed) and guard is not None:
-            reasons = await guard(conn, outcome.job)
-            if reasons:
-                await transaction.rollback()
-                return Refused(reasons)
-    return outcome
+class ClaimDB(AreaDB):
+    """Claims: the one job a match takes, and where a waiting job waits.
+
+    `claim` opens its own transaction (the claim is one atomic step, on
+    PostgreSQL one autocommitted statement); the other methods run in the caller's.
+    """
+
+    async def claim(
+        self,
+        target: ClaimTarget,
+        *,
+        site: str,
+        pilot_reference: str | None,
+        requester: str,
+        request_id: str | None,
+        now: datetime,
+        lease_until: datetime,
+        rng: random.Random,
+        guard: Guard | None = None,
+    ) -> Claimed | Missed | Refused:
+        """Claim one job of the target in a transaction of its own; with a guard, only if it passes."""
+        params = {
+            "tq_id": target.tq_id,
+            "level": target.level,
+            "job_id": target.job_id,
+            "candidates": target.candidates,
+            "site": site,
+            "pilot_reference": pilot_reference,
+            "requester": requester,
+            "request_id": request_id,
+            "now": now,
+            "lease_until": lease_until,
+            "guarded": guard is not None,
+        }
+        if guard is None:
+            return await self._claim_alone(target, params, rng)
+        async with self.conn.begin() as transaction:
+            outcome = await self._claim_step(target, params, rng)
+            if isinstance(outcome, Claimed):
+                reasons = await guard(self.conn, outcome.job)
+                if reasons:
+                    await transaction.rollback()
+                    return Refused(reasons)
+        return outcome
+
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        """An unguarded claim, as its own transaction."""
+        async with self.conn.begin():
+            return await self._claim_step(target, params, rng)
+
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        """The claim's statements, inside the transaction open on the connection."""
+        raise NotImplementedError
+
+    async def previous_match(self, requester: str, request_id: str) -> Any | None:
+        """The jobs row a request id of this requester already claimed, if any."""
+        stmt = (
+            select(jobs)
+            .join(match_requests, match_requests.c.job_id == jobs.c.id)
+            .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)
+        )
+        return (await self.conn.execute(stmt)).first()
+
+    async def queue_of(self, job_id: int) -> tuple[int, float] | None:
+        """(TQ, level) of a waiting job; None when it is not waiting."""
+        row = (
+            await self.conn.execute(
+                select(tq_jobs.c.tq_id, tq_jobs.c.real_priority).where(tq_jobs.c.job_id == job_id)
+            )
+        ).first()
+        return None if row is None else (row.tq_id, float(row.real_priority))
+
+
+class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return _outcome(await _execute(self.conn, _statement(target), params))
+
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return _outcome((await self.conn.exec_driver_sql(_statement(target), params)).one())
+
+
+class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return await _claim_serialised(self.conn, target, params, rng)
+
+
+def _statement(target: ClaimTarget) -> str:
+    return CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
 
 
 def _outcome(row: Any) -> Claimed | Missed:
@@ -276,11 +323,3 @@ async def _claim_serialised(
             )
         )
     return Claimed(job=row, tq_now_empty=jobs_before <= 1)
-
-
-async def queue_of(conn: AsyncConnection, job_id: int) -> tuple[int, float] | None:
-    """(TQ, level) of a waiting job; None when it is not waiting."""
-    row = (
-        await conn.execute(select(tq_jobs.c.tq_id, tq_jobs.c.real_priority).where(tq_jobs.c.job_id == job_id))
-    ).first()
-    return None if row is None else (row.tq_id, float(row.real_priority))

@@ -7,21 +7,20 @@ import random
 import time
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import utcnow
+from app.db.claims import ClaimDB, Claimed, ClaimTarget, Guard, Refused
 from app.db.engine import read_transaction
-from app.db.tables import jobs, match_requests
-from app.jobs.store import job_dict, lease_until
-from app.limits import store as limit_store
+from app.db.jobs import job_dict
+from app.db.limits import LimitDB
+from app.db.taskqueues import TaskQueueDB
+from app.jobs.lifecycle import lease_until
 from app.limits.rules import SiteLimits, with_banned
 from app.matching.catalog import Catalog, bit
 from app.matching.choice import chances, choose, choose_level
-from app.matching.claim import Claimed, ClaimTarget, Guard, Refused, claim, queue_of
 from app.matching.eligibility import eligible
-from app.matching.keeper import Keeper
 from app.matching.resource import ResourceDescription, ResourceQuery
 from app.metrics import (
     CLAIM_CONFLICTS,
@@ -29,8 +28,9 @@ from app.metrics import (
     MATCH_REQUESTS,
     SITE_LIMIT_EXCLUSIONS,
 )
+from app.services import taskqueues
+from app.services.keeper import Keeper
 from app.settings import Settings
-from app.taskqueues import store as tq_store
 
 log = logging.getLogger("fairmatch.matching")
 
@@ -42,13 +42,8 @@ MAX_STEPS = 64
 async def _previous_match(
     conn: AsyncConnection, requester: str, request_id: str
 ) -> dict[str, Any] | None:
-    stmt = (
-        select(jobs)
-        .join(match_requests, match_requests.c.job_id == jobs.c.id)
-        .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)
-    )
     async with read_transaction(conn):
-        row = (await conn.execute(stmt)).first()
+        row = await ClaimDB.of(conn).previous_match(requester, request_id)
     return None if row is None else _answer(row, row.task_queue_id)
 
 
@@ -114,7 +109,7 @@ async def _match(
     named_tq = named_level = None
     if query.job_id is not None:
         async with read_transaction(conn):
-            queued = await queue_of(conn, query.job_id)
+            queued = await ClaimDB.of(conn).queue_of(query.job_id)
         if queued is None:
             return None, "no_match"
         named_tq, named_level = queued
@@ -144,8 +139,7 @@ async def _match(
             target = ClaimTarget(entry.tq_id, level=level, candidates=options.jobs_per_try << min(conflicts, 10))
         now = utcnow()
         try:
-            claimed = await claim(
-                conn,
+            claimed = await ClaimDB.of(conn).claim(
                 target,
                 site=resource.site,
                 pilot_reference=resource.pilot_reference,
@@ -209,7 +203,7 @@ def _limit_guard(limits: SiteLimits, site: str) -> Guard:
     """The claim's check of a job against the site's limits, in the claim's transaction."""
 
     async def admit(conn: AsyncConnection, job: Any) -> list[dict[str, Any]]:
-        return await limit_store.admit(conn, limits, site, job, utcnow())
+        return await LimitDB.of(conn).admit(limits, site, job, utcnow())
 
     return admit
 
@@ -218,7 +212,7 @@ async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | 
     if site is None:
         return None
     async with read_transaction(conn):
-        return await limit_store.of_site(conn, site, utcnow())
+        return await LimitDB.of(conn).of_site(site, utcnow())
 
 
 def _restricted(query: ResourceQuery, limits: SiteLimits) -> ResourceQuery:
@@ -240,7 +234,7 @@ async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
     """Best effort: the claim is committed and must be answered even if this fails
     (the background sweep deletes empty queues anyway)."""
     try:
-        await tq_store.delete_if_empty(conn, tq_id)
+        await taskqueues.delete_if_empty(conn, tq_id)
     except DBAPIError as exc:
         log.warning("could not delete empty task queue %d: %s", tq_id, type(exc).__name__)
 
@@ -260,13 +254,13 @@ async def explain(
     named_tq = None
     async with read_transaction(conn):
         if query.job_id is not None:
-            queued = await queue_of(conn, query.job_id)
+            queued = await ClaimDB.of(conn).queue_of(query.job_id)
             if queued is None:
                 return []
             named_tq = queued[0]
         pool = _pool(catalog, query, set(), named_tq)
-        tqs = [tq for tq in await tq_store.read_task_queues(conn, catalog.tq_ids(pool)) if tq["jobs"] > 0]
-        limits = await limit_store.of_site(conn, query.site, utcnow())
+        tqs = [tq for tq in await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if tq["jobs"] > 0]
+        limits = await LimitDB.of(conn).of_site(query.site, utcnow())
     listed = {tq["task_queue_id"] for tq in tqs}
     for entry in catalog.entries_in(pool):
         if entry.tq_id not in listed:

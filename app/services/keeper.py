@@ -28,12 +28,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import read_transaction
-from app.limits import store as limit_store
+from app.db.limits import LimitDB
+from app.db.priorities import PriorityDB
+from app.db.taskqueues import TaskQueueDB
 from app.matching.catalog import Catalog
-from app.priority import groups as group_store
 from app.settings import MatchingSettings
 from app.taskqueues import changes
-from app.taskqueues import store as tq_store
 
 log = logging.getLogger("fairmatch.matching")
 
@@ -65,7 +65,7 @@ class Keeper:
     async def behind(self, conn: AsyncConnection) -> bool:
         """Whether a TQ changed after the latest change this copy holds (one index probe)."""
         async with read_transaction(conn):
-            latest = await tq_store.latest_change(conn)
+            latest = await TaskQueueDB.of(conn).latest_change()
         known = self.catalog.latest_change
         return latest is not None and (known is None or latest > known)
 
@@ -81,10 +81,11 @@ class Keeper:
             if not rebuild and self._read_until is not None:
                 since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
             async with read_transaction(conn):
-                now, rows = await tq_store.changed_since(conn, since)
-                sharing = await group_store.sharing_groups(conn)
-                limited = await limit_store.limited_sites(conn)
-                existing = await tq_store.all_ids(conn) if sweep and not rebuild else None
+                task_queues = TaskQueueDB.of(conn)
+                now, rows = await task_queues.changed_since(since)
+                sharing = await PriorityDB.of(conn).sharing_groups()
+                limited = await LimitDB.of(conn).limited_sites()
+                existing = await task_queues.all_ids() if sweep and not rebuild else None
             catalog = Catalog() if rebuild else self.catalog
             for start in range(0, len(rows), CHUNK):
                 if start:
