@@ -10,10 +10,8 @@ import random
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 import app as package
-from app.services import background
 from app.api import associations as associations_api
 from app.api import (
     body_limits,
@@ -31,14 +29,12 @@ from app.api import groups as groups_api
 from app.api import status as status_api
 from app.api.deps import MatchingContext
 from app.auth.tokens import TokenVerifier
-from app.db import migrate
 from app.db.engine import RequestConnections, create_engine
-from app.limits import rules as limit_rules
-from app.services import groups as group_services
-from app.services import limits as limit_services
+from app.services import background
 from app.services.gauges import DatabaseGauges
 from app.services.keeper import Keeper
 from app.services.priorities import configured_corrections
+from app.services.startup import prepare_database
 from app.settings import AuthMode, Settings, get_settings
 
 API_PREFIX = "/api/v1"
@@ -47,21 +43,6 @@ API_PREFIX = "/api/v1"
 BACKGROUND_CONNECTIONS = 4
 
 log = logging.getLogger("fairmatch")
-
-
-class SchemaOutOfDate(RuntimeError):
-    pass
-
-
-async def check_schema(engine: AsyncEngine, database_url: str) -> None:
-    head = migrate.head_revision(database_url)
-    async with engine.connect() as conn:
-        current = await migrate.current_revision(conn)
-    if current != head:
-        raise SchemaOutOfDate(
-            f"database schema is at revision {current or 'none'}, this fairmatch needs {head}: "
-            "run `fairmatch db upgrade`"
-        )
 
 
 def _settle_garbage_collection() -> None:
@@ -88,10 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prepared_statements=settings.database.prepared_statements,
         )
         try:
-            await check_schema(engine, settings.database_url)
-            async with engine.connect() as conn:
-                await group_services.create_missing(conn, settings.groups)
-                await limit_services.create_missing(conn, limit_rules.from_settings(settings.site_limits))
+            await prepare_database(engine, settings)
         except BaseException:
             await engine.dispose()
             raise

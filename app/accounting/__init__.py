@@ -1,1 +1,1 @@
-"""Slurm-style accounting: the association tree and what is charged to it."""
+"""Slurm-style accounting: the association tree and the decay of what is charged to it. Pure logic."""

@@ -1,1 +1,1 @@
-"""HTTP API: thin routers over the domain logic."""
+"""HTTP API: thin routers over the services; roles declared in each route's signature."""

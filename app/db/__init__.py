@@ -1,1 +1,1 @@
-"""Database access: the schema, the engine and dialect helpers."""
+"""Database access: the schema, the engine, and one data-access class per area (the only SQL)."""

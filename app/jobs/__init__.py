@@ -1,1 +1,1 @@
-"""Jobs: specifications, the lifecycle state machine and their SQL."""
+"""Jobs: specifications, what a submission becomes, the lifecycle state machine. Pure logic."""

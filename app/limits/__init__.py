@@ -1,1 +1,1 @@
-"""Site limits (DIRAC's Limiter): RunningLimit and MatchingDelay per site × attribute × value."""
+"""Site limits (DIRAC's Limiter): RunningLimit and MatchingDelay per site × attribute × value. Pure logic."""

@@ -1,1 +1,1 @@
-"""Matching: resource descriptions, eligibility, the lottery and the claim."""
+"""Matching: resource descriptions, the catalog of task queues, eligibility, choice and the lottery. Pure logic."""

@@ -1,1 +1,1 @@
-"""Priorities: groups and their shares."""
+"""Priorities: group shares and the policies that turn them into task-queue priorities. Pure logic."""

@@ -1,1 +1,1 @@
-"""Task queues: requirement normalisation, CPU buckets and their SQL."""
+"""Task queues: requirement normalisation, CPU buckets, level counts, the change signal. Pure logic."""
