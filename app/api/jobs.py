@@ -14,12 +14,11 @@ from app.api.schemas import Job, JobPage, SubmitResponse
 from app.auth import policy
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
-from app.services import job_classes as classes
-from app.services import jobs as store
 from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest
 from app.metrics import SUBMITTED_JOBS
+from app.services import job_classes, jobs, reprioritise, submission
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -52,14 +51,14 @@ async def submit_jobs(
     policy.check_submitter(caller)
     # read before the submission's transaction: a class replaced in between acts as if
     # it had been replaced just after this submission
-    named = await classes.load_named(conn, (spec.job_class for spec in body.jobs))
+    named = await job_classes.load_named(conn, (spec.job_class for spec in body.jobs))
     specs = policy.check_submission(caller, body.jobs, named)
     if len(body.jobs) > settings.jobs.max_batch:
         raise InvalidInput(
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
             [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
         )
-    queued = await store.submit(conn, specs, settings)
+    queued = await submission.submit(conn, specs, settings)
     SUBMITTED_JOBS.inc(len(queued))
     return {"jobs": queued}
 
@@ -75,7 +74,7 @@ async def list_jobs(
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict:
     after_id = decode_cursor(cursor) if cursor else 0
-    page, next_after = await store.list_jobs(
+    page, next_after = await jobs.list_jobs(
         conn,
         status=status,
         owner=owner,
@@ -89,7 +88,7 @@ async def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, summary="One job")
 async def get_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
-    return await store.get(conn, job_id, policy.job_scope(caller))
+    return await jobs.get(conn, job_id, policy.job_scope(caller))
 
 
 @router.patch(
@@ -112,7 +111,7 @@ async def change_priority(
     values for when it is rescheduled."""
     policy.check_priority_changer(caller)
     check_class = partial(policy.check_class_change, caller, requested=body.priority_class)
-    return await store.change_priority(
+    return await reprioritise.change_priority(
         conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
     )
 
@@ -120,7 +119,7 @@ async def change_priority(
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")
 async def kill_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
     policy.check_kill(caller)
-    return await store.kill(conn, job_id, policy.job_scope(caller))
+    return await jobs.kill(conn, job_id, policy.job_scope(caller))
 
 
 @router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
@@ -128,4 +127,4 @@ async def report_status(
     job_id: JobId, body: StatusUpdate, conn: Connection, settings: CurrentSettings, caller: Caller
 ) -> dict:
     policy.check_status_report(caller)
-    return await store.report_status(conn, job_id, body, settings, policy.job_scope(caller))
+    return await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.clock import utcnow
-from app.services import jobs as job_store
+from app.services import watchdogs
 from app.services import accounting, history
 from app.services import priorities as priority_service
 from app.settings import CorrectionsConfig, Settings
@@ -52,7 +52,7 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
 
 async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
     now = utcnow()
-    return await job_store.expire_leases(conn, now, settings) + await job_store.mark_stalled(conn, now, settings)
+    return await watchdogs.expire_leases(conn, now, settings) + await watchdogs.mark_stalled(conn, now, settings)
 
 
 def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
