@@ -24,9 +24,7 @@ from app.accounting.associations import (
     export_sacctmgr,
     parse_sacctmgr,
 )
-from app.api.deps import Caller, Connection
-from app.auth import policy
-from app.auth.tokens import Role
+from app.api.deps import Admin, Connection, Operators
 from app.errors import InvalidInput
 from app.services import accounting as store
 
@@ -89,10 +87,9 @@ GET_CONTENT: dict[int | str, dict[str, Any]] = {
     openapi_extra=PUT_BODY,
     summary="Replace the association tree with a sacctmgr dump (admin)",
 )
-async def put_associations(request: Request, conn: Connection, caller: Caller) -> dict:
+async def put_associations(request: Request, caller: Admin, conn: Connection) -> dict:
     """The whole tree is replaced, or nothing changes: a dump with any wrong line is
     refused with 422, naming each offending line."""
-    policy.require(caller, Role.admin)
     text = _dump_text(await request.body(), request.headers.get("content-type"))
     try:
         # tens of thousands of lines take a while: off the event loop
@@ -108,10 +105,9 @@ async def put_associations(request: Request, conn: Connection, caller: Caller) -
     responses=GET_CONTENT,
     summary="The association tree as a sacctmgr dump (admin, operator)",
 )
-async def get_associations(request: Request, conn: Connection, caller: Caller) -> Response:
+async def get_associations(request: Request, caller: Operators, conn: Connection) -> Response:
     """Byte for byte the text last imported (empty before any import). With
     `Accept: application/json` (and no text/plain), the rows and their normalised shares."""
-    policy.require(caller, Role.admin, Role.operator)
     rows = await store.load_associations(conn)
     if _wants_json(request.headers.get("accept", "")):
         return JSONResponse(await run_in_threadpool(_as_json, rows))

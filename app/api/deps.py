@@ -1,17 +1,25 @@
-"""Request-scoped dependencies: one database connection per request, the caller."""
+"""Request-scoped dependencies: one database connection per request, the caller.
+
+A route declares the roles it admits in its signature, with one of the aliases
+at the end (`caller: Admin`, `caller: Submitters`, ...): FastAPI resolves the
+caller and refuses any other role with 403 before it reads the body or asks
+for a connection. The few routes served without a caller are OPEN_PATHS;
+tests/unit/test_route_roles.py holds every route of the app to one or the other.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.auth.tokens import ANONYMOUS_ADMIN, Principal
+from app.auth import policy
+from app.auth.tokens import ANONYMOUS_ADMIN, Principal, Role
 from app.errors import Forbidden, Unauthorized
 from app.services.keeper import Keeper
 from app.settings import AuthMode, Settings
@@ -49,7 +57,7 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-async def _caller(request: Request) -> Principal:
+def _authenticate(request: Request) -> Principal:
     settings: Settings = request.app.state.settings
     if settings.auth.mode is AuthMode.none:
         client = request.client.host if request.client else None
@@ -62,7 +70,36 @@ async def _caller(request: Request) -> Principal:
     return request.app.state.verifier.verify(token.strip())
 
 
+def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
+    """The dependency that gives the caller when its role is one of `roles` (401 without
+    a valid token, 403 for another role). Its `roles` attribute names them."""
+    admitted = frozenset(roles)
+    names = ", ".join(r.value for r in roles)
+
+    async def caller(request: Request) -> Principal:
+        principal = _authenticate(request)
+        if principal.role not in admitted:
+            raise Forbidden(f"role {principal.role.value} may not do this (allowed: {names})")
+        return principal
+
+    caller.roles = roles  # type: ignore[attr-defined]
+    return caller
+
+
+# Served without a caller: the probes and the scrape endpoint (their callers carry no
+# token) and the API's own description. Every other route declares its roles.
+OPEN_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+
 Connection = Annotated[AsyncConnection, Depends(_connection)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
 Matching = Annotated[MatchingContext, Depends(_matching_context)]
-Caller = Annotated[Principal, Depends(_caller)]
+
+# The callers a route admits (app/auth/policy.py names the role sets).
+Admin = Annotated[Principal, Depends(allow(*policy.ADMINS))]
+Operators = Annotated[Principal, Depends(allow(*policy.OPERATORS))]
+Submitters = Annotated[Principal, Depends(allow(*policy.SUBMITTERS))]
+Pilots = Annotated[Principal, Depends(allow(*policy.PILOTS))]
+PilotsAndOperators = Annotated[Principal, Depends(allow(*policy.PILOTS_AND_OPERATORS))]
+AnyRole = Annotated[Principal, Depends(allow(*policy.ANYONE))]

@@ -7,13 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
-from app.api.deps import Caller, Connection
-from app.auth import policy
-from app.auth.tokens import Principal, Role
+from app.api.deps import Admin, Connection, Submitters
 from app.errors import NotFound
 from app.fields import Name
 from app.services import job_classes as store
 from app.jobs.classes import JobClassSpec
+from app.jobs.priority_classes import job_class_usable
 
 router = APIRouter(prefix="/job-classes", tags=["job classes"])
 
@@ -37,23 +36,17 @@ class JobClassList(BaseModel):
     job_classes: list[JobClassOut]
 
 
-def _check_reader(caller: Principal) -> None:
-    """Admins and operators read every class, users those their own jobs may use; pilots none."""
-    policy.require(caller, Role.admin, Role.operator, Role.user)
-
-
 @router.get("", response_model=JobClassList, summary="All job classes (a user: those it may use), by name")
-async def list_job_classes(conn: Connection, caller: Caller) -> dict:
-    _check_reader(caller)
-    usable = [c for c in await store.list_classes(conn) if policy.job_class_usable(caller, c)]
+async def list_job_classes(caller: Submitters, conn: Connection) -> dict:
+    """Admins and operators read every class, users those their own jobs may use; pilots none."""
+    usable = [c for c in await store.list_classes(conn) if job_class_usable(caller, c)]
     return {"job_classes": [c.as_dict() for c in usable]}
 
 
 @router.get(NAME_PATH, response_model=JobClassOut, summary="One job class")
-async def get_job_class(name: ClassName, conn: Connection, caller: Caller) -> dict:
-    _check_reader(caller)
+async def get_job_class(name: ClassName, caller: Submitters, conn: Connection) -> dict:
     job_class = await store.get_class(conn, name)
-    if not policy.job_class_usable(caller, job_class):
+    if not job_class_usable(caller, job_class):
         # a class the user may not use is as missing as one that does not exist (as for jobs)
         raise NotFound(f"job class {name!r} does not exist")
     return job_class.as_dict()
@@ -66,12 +59,11 @@ async def get_job_class(name: ClassName, conn: Connection, caller: Caller) -> di
     summary="Create or replace a job class (admin)",
 )
 async def put_job_class(
-    name: ClassName, body: JobClassSpec, conn: Connection, caller: Caller, response: Response
+    name: ClassName, body: JobClassSpec, caller: Admin, conn: Connection, response: Response
 ) -> dict:
     """The body is the whole definition: an omitted field takes its default.
     200 with the stored class when it existed, 201 when it was created.
     Jobs already submitted keep the priority class they were given."""
-    policy.require(caller, Role.admin)
     job_class, created = await store.put_class(conn, name, body)
     if created:
         response.status_code = 201

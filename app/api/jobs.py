@@ -9,11 +9,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.api.deps import Caller, Connection, CurrentSettings
+from app.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters
 from app.api.schemas import Job, JobPage, SubmitResponse
 from app.auth import policy
 from app.errors import BadRequest, InvalidInput
 from app.fields import MAX_NAME, NAME_PATTERN
+from app.jobs import priority_classes
 from app.jobs.classes import PriorityChange
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import StatusUpdate, SubmitRequest
@@ -44,15 +45,14 @@ def decode_cursor(cursor: str) -> int:
 
 @router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
 async def submit_jobs(
-    body: SubmitRequest, conn: Connection, settings: CurrentSettings, caller: Caller
+    body: SubmitRequest, caller: Submitters, conn: Connection, settings: CurrentSettings
 ) -> dict:
     """All jobs are queued, or none is. A job naming a job class gets its default
     priority class and is held to its access lists and maximum (DESIGN §4.5)."""
-    policy.check_submitter(caller)
     # read before the submission's transaction: a class replaced in between acts as if
     # it had been replaced just after this submission
     named = await job_classes.load_named(conn, (spec.job_class for spec in body.jobs))
-    specs = policy.check_submission(caller, body.jobs, named)
+    specs = priority_classes.check_submission(caller, body.jobs, named)
     if len(body.jobs) > settings.jobs.max_batch:
         raise InvalidInput(
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
@@ -65,8 +65,8 @@ async def submit_jobs(
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")
 async def list_jobs(
+    caller: AnyRole,
     conn: Connection,
-    caller: Caller,
     status: JobStatus | None = None,
     owner: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
     owner_group: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
@@ -87,7 +87,7 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=Job, summary="One job")
-async def get_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
+async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
     return await jobs.get(conn, job_id, policy.job_scope(caller))
 
 
@@ -103,28 +103,25 @@ async def get_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
     summary="Change a job's user priority and/or priority class",
 )
 async def change_priority(
-    job_id: JobId, body: PriorityChange, conn: Connection, settings: CurrentSettings, caller: Caller
+    job_id: JobId, body: PriorityChange, caller: Submitters, conn: Connection, settings: CurrentSettings
 ) -> dict:
     """Users may only lower the priority class of their own jobs and set the user
     priority 0..10; admins and operators may set anything. A Waiting job moves to
     the task queue of its new class at once; any other non-final job keeps the
     values for when it is rescheduled."""
-    policy.check_priority_changer(caller)
-    check_class = partial(policy.check_class_change, caller, requested=body.priority_class)
+    check_class = partial(priority_classes.check_class_change, caller, requested=body.priority_class)
     return await reprioritise.change_priority(
         conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
     )
 
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")
-async def kill_job(job_id: JobId, conn: Connection, caller: Caller) -> dict:
-    policy.check_kill(caller)
+async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
     return await jobs.kill(conn, job_id, policy.job_scope(caller))
 
 
 @router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
 async def report_status(
-    job_id: JobId, body: StatusUpdate, conn: Connection, settings: CurrentSettings, caller: Caller
+    job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, conn: Connection, settings: CurrentSettings
 ) -> dict:
-    policy.check_status_report(caller)
     return await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))

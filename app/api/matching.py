@@ -7,11 +7,12 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import Caller, Connection, Matching
+from app.api.deps import Connection, Matching, Pilots, PilotsAndOperators, Submitters
 from app.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from app.auth import policy
-from app.auth.tokens import Principal, Role
+from app.auth.tokens import Principal
 from app.errors import NotFound
+from app.matching.pinning import pin_resource
 from app.matching.resource import ResourceDescription
 from app.services import matching as service
 from app.services import taskqueues
@@ -25,9 +26,8 @@ router = APIRouter(tags=["matching"])
     responses={204: {"description": "No job is eligible for this resource."}},
     summary="Claim the job this resource should run now",
 )
-async def match(resource: ResourceDescription, conn: Connection, caller: Caller, context: Matching) -> Response:
-    policy.require(caller, Role.admin, Role.pilot)
-    resource = policy.pin_resource(caller, resource)
+async def match(resource: ResourceDescription, caller: Pilots, conn: Connection, context: Matching) -> Response:
+    resource = pin_resource(caller, resource)
     job = await service.match(
         conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
     )
@@ -43,10 +43,9 @@ async def match(resource: ResourceDescription, conn: Connection, caller: Caller,
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: ResourceDescription, conn: Connection, caller: Caller, context: Matching
+    resource: ResourceDescription, caller: PilotsAndOperators, conn: Connection, context: Matching
 ) -> dict:
-    policy.require(caller, Role.admin, Role.operator, Role.pilot)
-    resource = policy.pin_resource(caller, resource)
+    resource = pin_resource(caller, resource)
     return {"task_queues": await service.explain(conn, resource, context.settings, context.keeper)}
 
 
@@ -59,17 +58,15 @@ def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
 
 
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
-async def list_task_queues(conn: Connection, caller: Caller) -> dict:
-    policy.require(caller, Role.admin, Role.operator, Role.user)
+async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
     tqs = await taskqueues.read_task_queues(conn)
     return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
 async def get_task_queue(
-    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], conn: Connection, caller: Caller
+    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection
 ) -> dict:
-    policy.require(caller, Role.admin, Role.operator, Role.user)
     found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")

@@ -6,10 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.api.deps import Caller, Connection, CurrentSettings
+from app.api.deps import Admin, Connection, CurrentSettings, Operators, Submitters
 from app.api.schemas import Priorities, PriorityRun, RecomputeResult
 from app.auth import policy
-from app.auth.tokens import Role
 from app.services.background import runner_name
 from app.services import priorities as service
 
@@ -17,32 +16,29 @@ router = APIRouter(tags=["priorities"])
 
 
 @router.post("/priorities/recompute", response_model=RecomputeResult, summary="Recompute all priorities now")
-async def recompute(request: Request, conn: Connection, settings: CurrentSettings, caller: Caller) -> dict:
+async def recompute(request: Request, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
     """Runs the priority loop once (waiting for a run in progress) and returns when it is done."""
-    policy.require(caller, Role.admin)
     return await service.recompute(
         conn, settings, request.app.state.corrections, runner=runner_name(), scheduled=False
     )
 
 
 @router.get("/shares", response_model=PriorityRun, summary="Entities, shares, usage and corrections")
-async def shares(request: Request, conn: Connection, settings: CurrentSettings, caller: Caller) -> dict:
+async def shares(request: Request, caller: Operators, conn: Connection, settings: CurrentSettings) -> dict:
     """The last priority run's decision (sshare): one run is made first if there was none."""
-    policy.require(caller, Role.admin, Role.operator)
     return await service.shares(conn, settings, request.app.state.corrections, runner=runner_name())
 
 
 @router.get("/priorities", response_model=Priorities, summary="Why each TQ and job has its priority (sprio)")
 async def priorities(
+    caller: Submitters,
     conn: Connection,
     settings: CurrentSettings,
-    caller: Caller,
     task_queue_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     jobs_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
 ) -> dict:
     """Every TQ's priority class, priority and its terms or factors; then waiting jobs
     (lowest ids first) with their user priority and the TQ values they inherit."""
-    policy.require(caller, Role.admin, Role.operator, Role.user)
     return await service.explain_priorities(
         conn, settings, policy.job_scope(caller), task_queue_id=task_queue_id, jobs_limit=jobs_limit
     )

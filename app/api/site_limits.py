@@ -8,9 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
-from app.api.deps import Caller, Connection
-from app.auth import policy
-from app.auth.tokens import Role
+from app.api.deps import Admin, Connection, Operators
 from app.fields import Int, Name
 from app.limits.rules import DIRAC_NAMES, Attribute, Limit
 from app.services import limits as limit_service
@@ -87,14 +85,12 @@ async def _current(conn: Connection) -> dict:
 
 
 @router.get("", response_model=LimitList, summary="Every site limit with its current state")
-async def list_limits(conn: Connection, caller: Caller) -> dict:
-    policy.require(caller, Role.admin, Role.operator)
+async def list_limits(caller: Operators, conn: Connection) -> dict:
     return await _current(conn)
 
 
 @router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
-async def put_limits(body: LimitSet, conn: Connection, caller: Caller) -> dict:
-    policy.require(caller, Role.admin)
+async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
     limits = [
         Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay)
         for s in sorted(body.limits, key=lambda s: (s.site, s.attribute.value, s.value))

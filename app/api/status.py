@@ -8,9 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from app.api.deps import Caller, Connection
-from app.auth import policy
-from app.auth.tokens import Role
+from app.api.deps import Connection, Operators
 from app.services import status as status_service
 
 router = APIRouter(tags=["status"])
@@ -65,9 +63,8 @@ class Status(BaseModel):
 
 @router.get("/status", response_model=Status, summary="Jobs per group, match rate, busiest queues (operator)")
 async def status(
+    caller: Operators,
     conn: Connection,
-    caller: Caller,
     top: Annotated[int, Query(ge=1, le=100, description="How many task queues to list.")] = 10,
 ) -> dict:
-    policy.require(caller, Role.admin, Role.operator)
     return await status_service.summary(conn, top)

@@ -21,10 +21,10 @@ from collections import Counter
 import psycopg
 import pytest
 
-from app.auth.policy import check_submission
 from app.auth.tokens import ANONYMOUS_ADMIN
 from app.db import migrate
 from app.jobs.models import JobSpec
+from app.jobs.priority_classes import check_submission
 from app.jobs.submission import requirements_of
 from app.settings import load_settings
 from app.taskqueues.requirements import real_priority

@@ -1,20 +1,23 @@
-"""The pure rules of priority classes and job classes (DESIGN §4.5)."""
+"""The pure rules of priority classes and job classes (DESIGN §4.5).
+
+Who may call the routes at all (pilots may not submit or change priorities) is
+the route's role declaration: tests/unit/test_route_roles.py.
+"""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from app.auth import policy
 from app.auth.tokens import Principal, Role
 from app.errors import Forbidden, InvalidInput
+from app.jobs import priority_classes as rules
 from app.jobs.classes import JobClass, JobClassSpec, PriorityChange
 from app.jobs.models import JobSpec
 
 ADMIN = Principal("root", Role.admin)
 OPERATOR = Principal("op", Role.operator)
 ALICE = Principal("alice", Role.user, groups=frozenset({"g1"}))
-PILOT = Principal("p1", Role.pilot)
 
 
 def job_class(name: str = "c", default: int = 0, maximum: int = 0, users=(), groups=()) -> JobClass:
@@ -29,7 +32,7 @@ def submitted_class(caller: Principal, job_class_: JobClass | None = None, **fie
     classes = {job_class_.name: job_class_} if job_class_ else {}
     if job_class_:
         fields["job_class"] = job_class_.name
-    [checked] = policy.check_submission(caller, [spec(**fields)], classes)
+    [checked] = rules.check_submission(caller, [spec(**fields)], classes)
     return checked.priority_class
 
 
@@ -41,11 +44,11 @@ def submitted_class(caller: Principal, job_class_: JobClass | None = None, **fie
     [(0, 0, 0), (-10, 5, 0), (-10, -3, -3), (-1023, -1023, -1023), (3, 7, 3), (0, 1024, 0)],
 )
 def test_user_ceiling_is_min_of_zero_and_max_but_never_below_the_class_default(default, maximum, ceiling):
-    assert policy.user_class_ceiling(job_class(default=default, maximum=maximum)) == ceiling
+    assert rules.user_class_ceiling(job_class(default=default, maximum=maximum)) == ceiling
 
 
 def test_without_a_job_class_users_stay_at_or_below_zero():
-    assert policy.user_class_ceiling(None) == 0
+    assert rules.user_class_ceiling(None) == 0
     assert submitted_class(ALICE, priority_class=-5) == -5
     with pytest.raises(Forbidden):
         submitted_class(ALICE, priority_class=1)
@@ -75,8 +78,8 @@ def test_an_explicit_zero_is_not_the_default():
 
 
 def test_requested_class_distinguishes_omitted_from_given():
-    assert policy.requested_class(spec()) is None
-    assert policy.requested_class(spec(priority_class=0)) == 0
+    assert rules.requested_class(spec()) is None
+    assert rules.requested_class(spec(priority_class=0)) == 0
 
 
 # --- maximum: users held to it, privileged callers not ------------------------------------
@@ -115,18 +118,13 @@ def test_access_lists_admit_listed_owners_and_groups():
 
 def test_an_unknown_class_is_invalid_input_at_the_field():
     with pytest.raises(InvalidInput) as refused:
-        policy.check_submission(ADMIN, [spec(), spec(job_class="nope")], {})
+        rules.check_submission(ADMIN, [spec(), spec(job_class="nope")], {})
     assert refused.value.extra["errors"][0]["loc"] == ["body", "jobs", 1, "job_class"]
 
 
 def test_one_refused_job_refuses_the_batch():
     with pytest.raises(Forbidden, match=r"jobs\[2\]"):
-        policy.check_submission(ALICE, [spec(), spec(), spec(priority_class=3)])
-
-
-def test_pilots_may_not_submit():
-    with pytest.raises(Forbidden):
-        policy.check_submission(PILOT, [spec()])
+        rules.check_submission(ALICE, [spec(), spec(), spec(priority_class=3)])
 
 
 # --- changing a job's class later: users only lower ----------------------------------------
@@ -134,36 +132,30 @@ def test_pilots_may_not_submit():
 
 @pytest.mark.parametrize(("current", "requested"), [(0, -1), (0, 0), (5, 2), (-3, -1023), (0, None)])
 def test_users_may_lower_or_keep_the_class(current, requested):
-    policy.check_class_change(ALICE, current, requested)
+    rules.check_class_change(ALICE, current, requested)
 
 
 @pytest.mark.parametrize(("current", "requested"), [(0, 1), (-5, -4), (-1023, 1024)])
 def test_users_may_not_raise_the_class(current, requested):
     with pytest.raises(Forbidden, match="only lower"):
-        policy.check_class_change(ALICE, current, requested)
+        rules.check_class_change(ALICE, current, requested)
 
 
 @pytest.mark.parametrize("caller", [ADMIN, OPERATOR], ids=["admin", "operator"])
 def test_privileged_callers_change_the_class_either_way(caller):
-    policy.check_class_change(caller, -1023, 1024)
-    policy.check_class_change(caller, 1024, -1023)
-
-
-def test_pilots_may_not_change_priorities():
-    with pytest.raises(Forbidden):
-        policy.check_priority_changer(PILOT)
-    policy.check_priority_changer(ALICE)
+    rules.check_class_change(caller, -1023, 1024)
+    rules.check_class_change(caller, 1024, -1023)
 
 
 # --- who sees which class ---------------------------------------------------------------------
 
 
 def test_users_see_the_classes_their_own_jobs_may_use():
-    assert policy.job_class_usable(ALICE, job_class())
-    assert policy.job_class_usable(ALICE, job_class(users=["alice"], groups=["g1", "g2"]))
-    assert not policy.job_class_usable(ALICE, job_class(users=["bob"]))
-    assert not policy.job_class_usable(ALICE, job_class(groups=["g2"]))
-    assert policy.job_class_usable(OPERATOR, job_class(users=["bob"], groups=["g2"]))
+    assert rules.job_class_usable(ALICE, job_class())
+    assert rules.job_class_usable(ALICE, job_class(users=["alice"], groups=["g1", "g2"]))
+    assert not rules.job_class_usable(ALICE, job_class(users=["bob"]))
+    assert not rules.job_class_usable(ALICE, job_class(groups=["g2"]))
+    assert rules.job_class_usable(OPERATOR, job_class(users=["bob"], groups=["g2"]))
 
 
 # --- the bodies ----------------------------------------------------------------------------------
