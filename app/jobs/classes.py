@@ -3,7 +3,7 @@
 A job class has a default priority class, a maximum for non-privileged
 callers, access lists of users and groups, and a priority level (the
 multifactor policy's "queue" factor). A job names its class at submission;
-the rules of who may set which priority class live in app/auth/policy.py.
+the rules of who may set which priority class live in app/jobs/priority_classes.py.
 
 Changing a class does not touch jobs already submitted: their priority class
 was settled when they were queued.
