@@ -26,7 +26,7 @@ from app.accounting.associations import (
 )
 from app.api.deps import Admin, Connection, Operators
 from app.errors import InvalidInput
-from app.services import accounting as store
+from app.services import accounting
 
 router = APIRouter(prefix="/associations", tags=["associations"])
 
@@ -96,7 +96,7 @@ async def put_associations(request: Request, caller: Admin, conn: Connection) ->
         rows = await run_in_threadpool(parse_sacctmgr, text)
     except AssociationError as exc:
         raise InvalidInput(str(exc), errors=_line_errors(exc)) from None
-    return {"associations": await store.replace_associations(conn, rows)}
+    return {"associations": await accounting.replace_associations(conn, rows)}
 
 
 @router.get(
@@ -108,7 +108,7 @@ async def put_associations(request: Request, caller: Admin, conn: Connection) ->
 async def get_associations(request: Request, caller: Operators, conn: Connection) -> Response:
     """Byte for byte the text last imported (empty before any import). With
     `Accept: application/json` (and no text/plain), the rows and their normalised shares."""
-    rows = await store.load_associations(conn)
+    rows = await accounting.load_associations(conn)
     if _wants_json(request.headers.get("accept", "")):
         return JSONResponse(await run_in_threadpool(_as_json, rows))
     return PlainTextResponse(export_sacctmgr(rows))

@@ -12,7 +12,7 @@ from app.auth import policy
 from app.auth.tokens import Principal
 from app.fields import Name
 from app.priority.groups import GroupUpdate
-from app.services import groups as store
+from app.services import groups as group_service
 
 router = APIRouter(prefix="/groups", tags=["groups"])
 
@@ -41,12 +41,12 @@ def _visible_groups(caller: Principal) -> frozenset[str] | None:
 
 @router.get("", response_model=GroupList, summary="All groups (a user: its own), by name")
 async def list_groups(caller: Submitters, conn: Connection) -> dict:
-    return {"groups": await store.list_groups(conn, _visible_groups(caller))}
+    return {"groups": await group_service.list_groups(conn, _visible_groups(caller))}
 
 
 @router.get("/{name}", response_model=Group, summary="One group")
 async def get_group(name: GroupName, caller: Submitters, conn: Connection) -> dict:
-    return await store.get_group(conn, name, _visible_groups(caller))
+    return await group_service.get_group(conn, name, _visible_groups(caller))
 
 
 @router.put(
@@ -60,7 +60,7 @@ async def put_group(
 ) -> dict:
     """The body is the whole definition: an omitted field takes its default.
     200 with the stored group when it existed, 201 when it was created."""
-    group, created = await store.put_group(conn, name, body)
+    group, created = await group_service.put_group(conn, name, body)
     if created:
         response.status_code = 201
     return group

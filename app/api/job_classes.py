@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field
 from app.api.deps import Admin, Connection, Submitters
 from app.errors import NotFound
 from app.fields import Name
-from app.services import job_classes as store
 from app.jobs.classes import JobClassSpec
 from app.jobs.priority_classes import job_class_usable
+from app.services import job_classes as class_service
 
 router = APIRouter(prefix="/job-classes", tags=["job classes"])
 
@@ -39,13 +39,13 @@ class JobClassList(BaseModel):
 @router.get("", response_model=JobClassList, summary="All job classes (a user: those it may use), by name")
 async def list_job_classes(caller: Submitters, conn: Connection) -> dict:
     """Admins and operators read every class, users those their own jobs may use; pilots none."""
-    usable = [c for c in await store.list_classes(conn) if job_class_usable(caller, c)]
+    usable = [c for c in await class_service.list_classes(conn) if job_class_usable(caller, c)]
     return {"job_classes": [c.as_dict() for c in usable]}
 
 
 @router.get(NAME_PATH, response_model=JobClassOut, summary="One job class")
 async def get_job_class(name: ClassName, caller: Submitters, conn: Connection) -> dict:
-    job_class = await store.get_class(conn, name)
+    job_class = await class_service.get_class(conn, name)
     if not job_class_usable(caller, job_class):
         # a class the user may not use is as missing as one that does not exist (as for jobs)
         raise NotFound(f"job class {name!r} does not exist")
@@ -64,7 +64,7 @@ async def put_job_class(
     """The body is the whole definition: an omitted field takes its default.
     200 with the stored class when it existed, 201 when it was created.
     Jobs already submitted keep the priority class they were given."""
-    job_class, created = await store.put_class(conn, name, body)
+    job_class, created = await class_service.put_class(conn, name, body)
     if created:
         response.status_code = 201
     return job_class.as_dict()

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query, Request
 from app.api.deps import Admin, Connection, CurrentSettings, Operators, Submitters
 from app.api.schemas import Priorities, PriorityRun, RecomputeResult
 from app.auth import policy
-from app.services.background import runner_name
 from app.services import priorities as service
+from app.services.background import runner_name
 
 router = APIRouter(tags=["priorities"])
 

@@ -19,11 +19,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.clock import utcnow
-from app.services import watchdogs
-from app.services import accounting, history
+from app.services import accounting, history, taskqueues, watchdogs
 from app.services import priorities as priority_service
 from app.settings import CorrectionsConfig, Settings
-from app.services import taskqueues
 
 log = logging.getLogger("fairmatch.background")
 
