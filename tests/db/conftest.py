@@ -27,15 +27,34 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def template(request, tmp_path_factory) -> Iterator[TestDatabase]:
-    """A database migrated to head, never used directly: only cloned."""
-    db, remove = new_database(request.param, tmp_path_factory.mktemp(f"template-{request.param}"))
+@pytest.fixture(scope="session")
+def templates(tmp_path_factory) -> Iterator[dict[str, TestDatabase]]:
+    """Per backend, a database migrated to head when first asked for; never used directly, only cloned.
+
+    A cache rather than a parametrised session fixture: tests of both backends are
+    spread over the workers in any order, and switching backend must not rebuild it.
+    """
+    made: dict[str, tuple[TestDatabase, callable]] = {}
+
+    class Templates(dict):
+        def __missing__(self, backend: str) -> TestDatabase:
+            db, remove = new_database(backend, tmp_path_factory.mktemp(f"template-{backend}"))
+            made[backend] = (db, remove)
+            migrate.upgrade(db.url)
+            self[backend] = db
+            return db
+
     try:
-        migrate.upgrade(db.url)
-        yield db
+        yield Templates()
     finally:
-        remove()
+        for _, remove in made.values():
+            remove()
+
+
+@pytest.fixture(params=BACKENDS)
+def template(request, templates) -> TestDatabase:
+    """The migrated template of this test's backend."""
+    return templates[request.param]
 
 
 def clone(template: TestDatabase, directory: Path) -> tuple[TestDatabase, callable]:

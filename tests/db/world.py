@@ -1,0 +1,64 @@
+"""One fairmatch process driven in process: the services the routes call, on one connection.
+
+What a test would do over HTTP (create groups, submit, recompute, match, report a
+status) it does here through the same service functions, with a seeded generator
+for the lottery so that a statistical case is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.jobs.models import JobSpec, StatusUpdate
+from app.matching.resource import ResourceDescription
+from app.priority.groups import GroupUpdate
+from app.services import groups, history, jobs, matching, priorities, submission, taskqueues
+from app.services.keeper import Keeper
+from app.settings import Settings
+
+
+class World:
+    def __init__(self, conn: AsyncConnection, settings: Settings, seed: int) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.rng = random.Random(seed)
+        self.keeper = Keeper(settings.matching)
+        self.corrections = priorities.configured_corrections(settings.priority)
+
+    async def put_group(self, name: str, job_share: float, properties: Iterable[str] = ()) -> None:
+        await groups.put_group(self.conn, name, GroupUpdate(job_share=job_share, properties=list(properties)))
+
+    async def submit(self, specs: list[dict[str, Any]]) -> list[int]:
+        """Queue jobs as the API does after its checks (which settle the priority class)."""
+        queued = await submission.submit(self.conn, [JobSpec(priority_class=0, **s) for s in specs], self.settings)
+        return [q["job_id"] for q in queued]
+
+    async def recompute(self) -> dict[str, Any]:
+        return await priorities.recompute(self.conn, self.settings, self.corrections, runner="test", scheduled=False)
+
+    async def sample(self, now: datetime) -> bool:
+        """One history sample of the running jobs, taken at `now`."""
+        p = self.settings.priority
+        return await history.sample(self.conn, now, p.sample_seconds, keep_seconds=3600)
+
+    async def shares(self) -> dict[str, Any]:
+        return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")
+
+    async def task_queues(self) -> list[dict[str, Any]]:
+        return await taskqueues.read_task_queues(self.conn)
+
+    async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
+        described = ResourceDescription(**resource)
+        return await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
+
+    async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
+        """The dry run's list: every eligible TQ with the probability a match draws it."""
+        return await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.keeper)
+
+    async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
+        return await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings)
