@@ -20,9 +20,9 @@ install: $(STAMP)
 run: install
 	$(BIN)/fairmatch serve
 
-# Two workers (one per core); a test file's tests stay together with their servers.
+# Two workers (one per core); a module's tests of one backend stay together with their servers.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # The benchmark (bench/README.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
 # make bench BENCH_ARGS=--quick   or   BENCH_ARGS="--only lhcb,soak --seconds 30"

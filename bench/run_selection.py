@@ -19,8 +19,8 @@ from pathlib import Path
 from app.db.engine import create_engine
 from app.matching.choice import choose, choose_level
 from app.matching.eligibility import eligible
-from app.services.keeper import Keeper
 from app.matching.resource import ResourceDescription
+from app.services.keeper import Keeper
 from app.settings import Settings
 
 

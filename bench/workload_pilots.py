@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from app.matching.catalog import Catalog
 from app.matching.eligibility import eligible
 from app.matching.resource import ResourceDescription
+from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from bench.workload_fit import Popular
 from bench.workload_model import Workload
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +65,7 @@ def drop_pg_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def new_database(backend: str, directory: Path) -> tuple[TestDatabase, callable]:
+def new_database(backend: str, directory: Path) -> tuple[TestDatabase, Callable[[], None]]:
     """An empty database of the backend and the function that removes it."""
     if backend == "sqlite":
         path = directory / f"fairmatch-{uuid.uuid4().hex[:8]}.db"
@@ -80,15 +80,56 @@ def new_database(backend: str, directory: Path) -> tuple[TestDatabase, callable]
     raise pytest.UsageError(f"unknown backend {backend!r} in FAIRMATCH_TEST_BACKENDS")
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def database(request, tmp_path_factory) -> Iterator[TestDatabase]:
-    """A migrated database per backend, shared by the session."""
-    db, remove = new_database(request.param, tmp_path_factory.mktemp(request.param))
+def migrated_database(backend: str, directory: Path) -> tuple[TestDatabase, Callable[[], None]]:
+    """A new database of the backend at the schema's head, and the function that removes it."""
+    db, remove = new_database(backend, directory)
     try:
         migrate.upgrade(db.url)
-        yield db
-    finally:
+    except BaseException:
         remove()
+        raise
+    return db, remove
+
+
+class PerBackend(dict):
+    """A session's things of each backend (databases, servers), made when first asked for.
+
+    Tests of both backends are spread over the workers in any order; keeping the
+    things here, not in a parametrised session fixture, means that switching
+    backend rebuilds nothing.
+    """
+
+    def __init__(self, make: Callable[[str], tuple[object, Callable[[], None]]]) -> None:
+        super().__init__()
+        self._make = make
+        self._undo: list[Callable[[], None]] = []
+
+    def __missing__(self, backend: str):
+        thing, undo = self._make(backend)
+        self._undo.append(undo)
+        self[backend] = thing
+        return thing
+
+    def close(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+
+
+@pytest.fixture(scope="session")
+def databases(tmp_path_factory) -> Iterator[PerBackend]:
+    """A migrated database per backend, shared by the session."""
+
+    cache = PerBackend(lambda backend: migrated_database(backend, tmp_path_factory.mktemp(backend)))
+    try:
+        yield cache
+    finally:
+        cache.close()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database(request, databases) -> TestDatabase:
+    """The session's migrated database of this test's backend."""
+    return databases[request.param]
 
 
 def free_port() -> int:
@@ -166,11 +207,24 @@ def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 15) -
 
 
 @pytest.fixture(scope="session")
-def server(database, tmp_path_factory) -> Iterator[Server]:
+def servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
+    """The default-settings server of each backend's session database."""
+
+    def make(backend: str) -> tuple[Server, Callable[[], None]]:
+        srv = start_server(databases[backend], tmp_path_factory.mktemp(f"server-{backend}"))
+        return srv, srv.stop
+
+    cache = PerBackend(make)
+    try:
+        yield cache
+    finally:
+        cache.close()
+
+
+@pytest.fixture(scope="session")
+def server(database, servers) -> Server:
     """The default-settings server of the session's database."""
-    srv = start_server(database, tmp_path_factory.mktemp("server"))
-    yield srv
-    srv.stop()
+    return servers[database.backend]
 
 
 @pytest.fixture
@@ -210,6 +264,18 @@ def clear_tables(db: TestDatabase, attempts: int = 5) -> None:
                 time.sleep(0.2)
     finally:
         engine.dispose()
+
+
+def pytest_collection_modifyitems(items):
+    """Groups for `--dist loadgroup`: a module's tests of one backend run on one worker
+    (they share module-scoped servers); the in-process data-layer tests, which share
+    nothing, are spread one by one."""
+    for item in items:
+        if "/tests/db/" in str(item.fspath):
+            continue
+        params = getattr(item, "callspec", None)
+        backend = params.params.get("database", "") if params is not None else ""
+        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{backend}"))
 
 
 @pytest.fixture

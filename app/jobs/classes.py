@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
 from app.fields import MAX_VALUES, Int, Name
 from app.jobs.models import PRIORITY_CLASS_MAX, PRIORITY_CLASS_MIN
 from app.priority.groups import Description

@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from app.db import migrate
 from app.db.engine import create_engine
 from app.settings import Settings
-from tests.conftest import BACKENDS, PG_ADMIN_URL, TestDatabase, new_database, pg_url
+from tests.conftest import BACKENDS, PG_ADMIN_URL, PerBackend, TestDatabase, migrated_database, pg_url
 
 
 @pytest.fixture
@@ -28,27 +27,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def templates(tmp_path_factory) -> Iterator[dict[str, TestDatabase]]:
-    """Per backend, a database migrated to head when first asked for; never used directly, only cloned.
+def templates(tmp_path_factory) -> Iterator[PerBackend]:
+    """Per backend, a database migrated to head; never used directly, only cloned."""
 
-    A cache rather than a parametrised session fixture: tests of both backends are
-    spread over the workers in any order, and switching backend must not rebuild it.
-    """
-    made: dict[str, tuple[TestDatabase, callable]] = {}
-
-    class Templates(dict):
-        def __missing__(self, backend: str) -> TestDatabase:
-            db, remove = new_database(backend, tmp_path_factory.mktemp(f"template-{backend}"))
-            made[backend] = (db, remove)
-            migrate.upgrade(db.url)
-            self[backend] = db
-            return db
-
+    cache = PerBackend(lambda backend: migrated_database(backend, tmp_path_factory.mktemp(f"template-{backend}")))
     try:
-        yield Templates()
+        yield cache
     finally:
-        for _, remove in made.values():
-            remove()
+        cache.close()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -57,7 +43,7 @@ def template(request, templates) -> TestDatabase:
     return templates[request.param]
 
 
-def clone(template: TestDatabase, directory: Path) -> tuple[TestDatabase, callable]:
+def clone(template: TestDatabase, directory: Path) -> tuple[TestDatabase, Callable[[], None]]:
     """A fresh copy of the template and the function that removes it."""
     if template.backend == "sqlite":
         path = directory / f"clone-{uuid.uuid4().hex[:8]}.db"

@@ -26,13 +26,11 @@ from app.db.engine import create_engine
 from app.services import priorities
 from app.settings import Settings
 from tests.db.world import World
+from tests.fair_share import CORRECTIONS, PILOT, by_group, by_owner, by_platforms, by_user_priority, job, priorities_by
 from tests.statistics import Z, assert_fraction, binomial_sigma, tolerance
 
 pytestmark = pytest.mark.anyio
 
-SITE = "LCG.Test.org"
-CPU = 100  # every job's cpu_time
-PILOT = {"Site": SITE, "CPUTime": 86400}  # a generic pilot: no OwnerGroup, no Owner
 MATCHES = 1200  # draws per statistical case
 SEED = 20_240_611
 
@@ -53,33 +51,6 @@ async def world_of(settings) -> AsyncIterator[Callable[..., Any]]:
     for engine, conn in opened:
         await conn.close()
         await engine.dispose()
-
-
-def job(owner: str, group: str, user_priority: int = 1, **requirements: Any) -> dict[str, Any]:
-    return {"owner": owner, "owner_group": group, "cpu_time": CPU, "user_priority": user_priority,
-            "sites": [SITE], **requirements}  # fmt: skip
-
-
-def by_group(tq_or_job: dict[str, Any]) -> str:
-    return tq_or_job["owner_group"]
-
-
-def by_owner(tq_or_job: dict[str, Any]) -> str:
-    return tq_or_job["owner"]
-
-
-def by_platforms(tq: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(tq["platforms"])
-
-
-def by_user_priority(job: dict[str, Any]) -> int:
-    return job["user_priority"]
-
-
-def priorities_by(tqs: list[dict[str, Any]], key) -> dict[Any, float]:
-    found = {key(tq): tq["priority"] for tq in tqs}
-    assert len(found) == len(tqs), f"key does not single out the TQs: {tqs}"
-    return found
 
 
 async def probabilities(world: World, resource: dict[str, Any], key) -> dict[Any, float]:
@@ -209,15 +180,9 @@ B0 = 80
 A0 = 3 * B0
 ROUNDS = 320  # ~ T = A0 + B0 rounds: |A - B| decays as exp(-2 rounds / T)
 ROUND_SECONDS = 0.1  # simulated time a round takes
-SPAN = 3.0  # the corrector's history slice, in seconds
+SPAN = CORRECTIONS["instances"]["groups"]["slices"]["recent"]["time_span"]  # seconds
 LOOP_SECONDS = 0.3  # the priority loop's interval
 SAMPLE_SECONDS = 0.2  # the history sampler's interval
-CORRECTIONS = {
-    "instances": {
-        "groups": {"max_global_correction": 5, "slices": {"recent": {"time_span": SPAN, "weight": 1,
-                                                                     "max_correction": 5}}}
-    }
-}  # fmt: skip
 
 
 class SimulatedClock:

@@ -19,12 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fair_share import CORRECTIONS, PILOT, by_group, by_owner, by_platforms, by_user_priority, job, priorities_by
 from tests.statistics import assert_fraction
 
-SITE = "LCG.Test.org"
-CPU = 100  # every job's cpu_time
-PILOT = {"Site": SITE, "CPUTime": 86400}  # a generic pilot: no OwnerGroup, no Owner
-HTTP_MATCHES = 300  # draws per case over HTTP; the full-strength runs are in process
+HTTP_MATCHES = 200  # draws per case over HTTP (a 3.5-sigma band of about +-0.12); full strength runs in process
 
 
 # --- HTTP helpers ---------------------------------------------------------------------
@@ -42,11 +40,6 @@ def submit(c: httpx.Client, jobs: list[dict[str, Any]]) -> list[int]:
         assert r.status_code == 201, r.text
         ids += [j["job_id"] for j in r.json()["jobs"]]
     return ids
-
-
-def job(owner: str, group: str, user_priority: int = 1, **requirements: Any) -> dict[str, Any]:
-    return {"owner": owner, "owner_group": group, "cpu_time": CPU, "user_priority": user_priority,
-            "sites": [SITE], **requirements}  # fmt: skip
 
 
 def recompute(c: httpx.Client) -> dict[str, Any]:
@@ -96,28 +89,6 @@ def probabilities(c: httpx.Client, resource: dict[str, Any], key) -> dict[Any, f
     r = c.post("/taskqueues/matching", json=resource)
     assert r.status_code == 200, r.text
     return {key(tq): tq["probability"] for tq in r.json()["task_queues"]}
-
-
-def priorities_by(tqs: list[dict[str, Any]], key) -> dict[Any, float]:
-    found = {key(tq): tq["priority"] for tq in tqs}
-    assert len(found) == len(tqs), f"key does not single out the TQs: {tqs}"
-    return found
-
-
-def by_group(tq_or_job: dict[str, Any]) -> str:
-    return tq_or_job["owner_group"]
-
-
-def by_owner(tq_or_job: dict[str, Any]) -> str:
-    return tq_or_job["owner"]
-
-
-def by_platforms(tq: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(tq["platforms"])
-
-
-def by_user_priority(job: dict[str, Any]) -> int:
-    return job["user_priority"]
 
 
 # --- 1. group shares 2000 : 1000 under both lotteries ---------------------------------
@@ -218,11 +189,6 @@ def test_user_priorities_inside_one_task_queue_are_drawn_by_level(client, clean)
 
 # --- 4. the server's own loop applies share corrections --------------------------------
 
-CORRECTIONS = {
-    "instances": {
-        "groups": {"max_global_correction": 5, "slices": {"recent": {"time_span": 3, "weight": 1, "max_correction": 5}}}
-    }
-}
 LOOP_SETTINGS = {
     "PRIORITY__INTERVAL_SECONDS": "0.3",
     "PRIORITY__SAMPLE_SECONDS": "0.2",

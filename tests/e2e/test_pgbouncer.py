@@ -47,7 +47,6 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from app.db.priorities import PRIORITY_LOCK
-from tests.conftest import TestDatabase as PgDatabase  # not a test class
 from tests.conftest import (
     BACKENDS,
     PG_ADMIN_URL,
@@ -58,6 +57,7 @@ from tests.conftest import (
     pg_url,
     wait_until_ready,
 )
+from tests.conftest import TestDatabase as PgDatabase  # not a test class
 
 FAIRMATCH = Path(sys.executable).with_name("fairmatch")  # the venv's console script
 POOL_SIZE = 4  # server connections per (database, user): far fewer than the service's clients

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from app.api.observe import _request_id, _route_template
-from app.services.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
 from app.logs import JsonFormatter, TextFormatter, request_id
+from app.services.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
 
 
 def record(message: str, **extra) -> logging.LogRecord:
