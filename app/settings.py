@@ -102,6 +102,9 @@ class AuthMode(StrEnum):
     token = "token"
 
 
+MIN_SECRET_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
+
+
 class AuthSettings(Section):
     mode: AuthMode = Field(
         AuthMode.none,
@@ -120,12 +123,17 @@ class AuthSettings(Section):
         description="Let mode `none` serve on a non-loopback interface. Anyone who reaches it is admin.",
     )
 
+    def hs256_key(self) -> str:
+        """The shared secret that signs and verifies HS256 tokens; ValueError if too weak to use."""
+        if self.secret is None or len(self.secret.get_secret_value().encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"HS256 tokens need auth.secret of at least {MIN_SECRET_BYTES} bytes")
+        return self.secret.get_secret_value()
+
     @model_validator(mode="after")
     def _keys_for_token_mode(self) -> AuthSettings:
         if self.mode is AuthMode.token:
             if self.algorithm == "HS256":
-                if self.secret is None or len(self.secret.get_secret_value().encode()) < 32:
-                    raise ValueError("auth mode token with HS256 needs auth.secret of at least 32 bytes")
+                self.hs256_key()
             elif self.public_key_file is None:
                 raise ValueError("auth mode token with RS256 needs auth.public_key_file")
         return self

@@ -140,9 +140,7 @@ def create_token(
     if settings.audience:
         claims["aud"] = settings.audience
     if settings.algorithm == "HS256":
-        if settings.secret is None:
-            raise ValueError("auth.secret is not set: cannot sign HS256 tokens")
-        key: Any = settings.secret.get_secret_value()
+        key: Any = settings.hs256_key()
     else:
         key = _read_key(settings.private_key_file, "private_key_file")
     return jwt.encode(claims, key, algorithm=settings.algorithm)

@@ -75,8 +75,11 @@ def sshare_table(document: dict) -> Table:
                           *(f"{node[k]:.6f}" if node[k] is not None else "-" for k in
                             ("norm_shares", "raw_usage", "norm_usage", "effective_usage", "fairshare")))
         return table  # fmt: skip
-    if document.get("entities"):
-        table = new_table("Entities", "Group", "Owner", "Configured", "GroupCorr", "UserCorr", "Share", "NormShare")
+    if document["policy"] == "dirac":
+        # an empty run (nothing waiting, or the first run ever) still answers with the entities
+        caption = None if document.get("entities") else "No entities: no job was waiting at the last priority run."
+        table = new_table("Entities", "Group", "Owner", "Configured", "GroupCorr", "UserCorr", "Share", "NormShare",
+                          caption=caption)  # fmt: skip
         for e in document["entities"]:
             table.add_row(e["group"], e["owner"] or "(all)", f"{e['configured_share']:.6g}",
                           f"{e['group_correction']:.3g}", f"{e['user_correction']:.3g}",

@@ -265,6 +265,17 @@ def test_a_terminal_gets_the_status_screen(invoke, monkeypatch, server, clean):
     assert "total" in result.stdout and "1 min" in result.stdout and "alice" in result.stdout
 
 
+def test_sshare_before_any_run_shows_the_empty_entity_table(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
+
+    result = invoke("sshare", "--url", server.url)
+
+    assert result.exit_code == 0, result.stderr
+    assert "Entities" in result.stdout and "NormShare" in result.stdout
+    assert "No entities: no job was waiting" in result.stdout
+    assert "Priorities" not in result.stdout
+
+
 # --- token mode -------------------------------------------------------------
 
 

@@ -222,6 +222,24 @@ def test_token_create_command_mints_a_working_token(hs_server, clean, tmp_path):
     assert Api(hs_server, minted).match().status_code == 200
 
 
+@pytest.mark.parametrize("mode", ["none", "token"])
+def test_token_create_refuses_a_secret_shorter_than_32_bytes_in_every_mode(tmp_path, mode):
+    """Mode `none` does not check tokens, but a token signed now is used later under mode
+    `token`: a weak key is refused when signing too, with the rule's own words."""
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "FAIRMATCH_CONFIG": str(config), "FAIRMATCH_AUTH__MODE": mode,
+           "FAIRMATCH_AUTH__SECRET": "short secret, 25 bytes..."}  # fmt: skip
+    result = subprocess.run(
+        [str(REPO / ".venv/bin/fairmatch"), "token", "create", "--role", "pilot", "--sub", "p9"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert "at least 32 bytes" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 # --- 403 and 404: what may you do? -------------------------------------------------
 
 
