@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable
+from enum import StrEnum
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
@@ -11,6 +13,21 @@ if TYPE_CHECKING:
 
 EXIT_FAILED = 1  # the service or the database said no, or could not be reached
 EXIT_USAGE = 2  # the user's input or settings are wrong (also click's usage-error code)
+
+
+Member = TypeVar("Member", bound=StrEnum)
+
+
+def enum_parser(kind: type[Member]) -> Callable[[str], Member]:
+    """Parse a value of `kind` whatever its case; the error names the values as the API spells them."""
+
+    def parse(text: str) -> Member:
+        for member in kind:
+            if member.value.casefold() == text.casefold():
+                return member
+        raise typer.BadParameter(f"{text!r} is not one of {', '.join(m.value for m in kind)}")
+
+    return parse
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli.client import Service, TokenOption, UrlOption, call_api, connect
-from app.cli.common import EXIT_USAGE, fail, note
+from app.cli.common import EXIT_USAGE, enum_parser, fail, note
 from app.cli.files import load_jobs
 from app.cli.render import dash, fields_table, new_table, show, timestamp
 from app.jobs.lifecycle import JobStatus
@@ -118,7 +118,9 @@ def submitted_table(document: dict) -> Table:
 
 @app.command("list")
 def list_jobs(
-    status: Annotated[JobStatus | None, typer.Option(case_sensitive=False, help="Only jobs in this state.")] = None,
+    status: Annotated[
+        JobStatus | None, typer.Option(parser=enum_parser(JobStatus), help="Only jobs in this state.")
+    ] = None,
     owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
     group: Annotated[str | None, typer.Option(help="Only jobs of this owner group.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, oldest first.")] = 100,
@@ -216,7 +218,7 @@ def report_status(
     status: Annotated[
         ReportedStatus,
         typer.Argument(
-            case_sensitive=False, metavar="STATUS", show_default=False,
+            parser=enum_parser(ReportedStatus), metavar="STATUS", show_default=False,
             help="Running, Done, Failed, Stalled or Waiting.",
         ),  # fmt: skip
     ],

@@ -132,7 +132,10 @@ def test_an_unknown_job_exits_1(run, server, clean):
         (["jobs", "priority", "1", "--user-priority", "11"], "--user-priority"),
         (["jobs", "show", "x"], "Invalid value for 'ID'"),
         (["jobs", "status", "1", "Matched"], "Invalid value for 'STATUS'"),
+        # the states as the API and the docs spell them, not case-folded
+        (["jobs", "status", "2", "Finished"], "'Finished' is not one of Running, Done, Failed, Stalled, Waiting"),
         (["jobs", "list", "--status", "Sleeping"], "Invalid value for '--status'"),
+        (["jobs", "list", "--status", "sleeping"], "is not one of Waiting, Matched, Running, Stalled, Done, Failed"),
         (["groups", "set", "g", "--priority", "5000"], "--priority"),
         (["status", "--token", "two words"], "not a token"),
         (["no-such-command"], "No such command"),
