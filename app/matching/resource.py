@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from app.errors import BadRequest
 from app.fields import Int, Name, NameList
@@ -48,6 +51,31 @@ class ResourceDescription(BaseModel):
     )
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_missing_keys_as_sent(cls, data: Any, handler) -> ResourceDescription:
+        """A missing key is named in the caller's own spelling (DIRAC's when it sent any
+        DIRAC key), and the message gives both, as a bad value is named by the key sent."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            if not isinstance(data, dict):
+                raise
+            aliases = {name: f.validation_alias.choices for name, f in cls.model_fields.items()
+                       if isinstance(f.validation_alias, AliasChoices)}  # fmt: skip
+            dirac_style = any(choices[1] in data for choices in aliases.values())
+            errors: list[InitErrorDetails] = []
+            for error in exc.errors():
+                choices = aliases.get(error["loc"][0]) if error["type"] == "missing" and error["loc"] else None
+                if choices is None:
+                    errors.append(error)  # type: ignore[arg-type]
+                    continue
+                snake, dirac = choices
+                message = PydanticCustomError("missing", "Field required (send {dirac} or {snake})",
+                                              {"dirac": dirac, "snake": snake})  # fmt: skip
+                errors.append({"type": message, "loc": (dirac if dirac_style else snake,), "input": data})
+            raise ValidationError.from_exception_data(exc.title, errors) from None
 
     def to_query(self) -> ResourceQuery:
         tags = set(self.tags or ()) | derived_tags(self.max_ram_mb, self.number_of_processors, self.whole_node)

@@ -314,6 +314,24 @@ def test_bad_resource_description_is_422_at_that_field(api, path, resource, loc)
     assert_still_waiting(api, job_id)
 
 
+# the exact key named: a missing key in the caller's own spelling, as a bad value's is
+SPELLINGS = {
+    "DIRAC-missing-Site": ({"CPUTime": 1}, "Site", "Field required (send Site or site)"),
+    "DIRAC-missing-CPUTime": ({"Site": "S1"}, "CPUTime", "Field required (send CPUTime or cpu_time)"),
+    "snake-missing-site": ({"cpu_time": 1}, "site", "Field required (send Site or site)"),
+    "snake-missing-cpu_time": ({"site": "S1"}, "cpu_time", "Field required (send CPUTime or cpu_time)"),
+    "DIRAC-bad-CPUTime": ({"Site": "S1", "CPUTime": "lots"}, "CPUTime", "valid integer"),
+    "snake-bad-cpu_time": ({"site": "S1", "cpu_time": "lots"}, "cpu_time", "valid integer"),
+}
+
+
+@pytest.mark.parametrize("path", ["/match", "/taskqueues/matching"])
+@pytest.mark.parametrize(("resource", "key", "message"), list(SPELLINGS.values()), ids=list(SPELLINGS))
+def test_a_resource_key_is_named_as_the_caller_spells_it(api, path, resource, key, message):
+    errors = assert_problem(api.post(path, json=resource), 422)["errors"]
+    assert [(e["loc"], message in e["msg"]) for e in errors] == [(["body", key], True)], errors
+
+
 @pytest.mark.parametrize(
     "tags",
     [
