@@ -13,7 +13,7 @@ from app.auth import policy
 from app.auth.tokens import Principal
 from app.errors import NotFound
 from app.matching.pinning import pin_resource
-from app.matching.resource import ResourceDescription
+from app.matching.resource import ClaimingResource, ResourceDescription
 from app.services import matching as service
 from app.services import taskqueues
 
@@ -26,7 +26,7 @@ router = APIRouter(tags=["matching"])
     responses={204: {"description": "No job is eligible for this resource."}},
     summary="Claim the job this resource should run now",
 )
-async def match(resource: ResourceDescription, caller: Pilots, conn: Connection, context: Matching) -> Response:
+async def match(resource: ClaimingResource, caller: Pilots, conn: Connection, context: Matching) -> Response:
     resource = pin_resource(caller, resource)
     job = await service.match(
         conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper

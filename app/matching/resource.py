@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from app.errors import BadRequest
@@ -100,6 +99,18 @@ class ResourceDescription(BaseModel):
             vo=self.vo,
             job_id=self.job_id,
         )
+
+
+class ClaimingResource(ResourceDescription):
+    """The resource of a pilot claiming a job. The claim records its site, which site limits
+    count: `any` lifts the site condition of a dry run but names no site to run at."""
+
+    @field_validator("site")
+    @classmethod
+    def _a_real_site(cls, site: str) -> str:
+        if site.lower() == ANY:
+            raise ValueError(f"a pilot claiming a job names its own site, not {site!r} (the dry run accepts it)")
+        return site
 
 
 def _values(given: str | list[str] | None) -> frozenset[str] | None:

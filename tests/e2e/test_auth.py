@@ -346,7 +346,7 @@ class TestPilot:
         admin.submit_id()
         pilot = as_role("pilot", "p1", site="S1")
         assert_problem(pilot.match(Site="S2"), 403)
-        assert_problem(pilot.match(Site="any"), 403)
+        assert_problem(pilot.match(Site="any"), 422)  # no claim names site `any`
         assert_problem(pilot.post("/taskqueues/matching", json={"Site": "S2", "CPUTime": 1}), 403)
         assert pilot.post("/taskqueues/matching", json={"Site": "S1", "CPUTime": 10**6}).status_code == 200
         assert pilot.match(Site="S1").status_code == 200

@@ -314,6 +314,18 @@ def test_bad_resource_description_is_422_at_that_field(api, path, resource, loc)
     assert_still_waiting(api, job_id)
 
 
+@pytest.mark.parametrize(("resource", "key"), [({"Site": "any", "CPUTime": 1}, "Site"),
+                                              ({"Site": "ANY", "CPUTime": 1}, "Site"),
+                                              ({"site": "Any", "cpu_time": 1}, "site")])  # fmt: skip
+def test_match_refuses_site_any_which_only_a_dry_run_may_describe(api, resource, key):
+    """A claim records the pilot's site, which site limits count: `any` names none."""
+    job_id = submit_one(api)
+    body = assert_problem(api.post("/match", json=resource), 422)
+    assert [e["loc"] for e in body["errors"]] == [["body", key]] and "own site" in body["detail"]
+    assert_still_waiting(api, job_id)
+    assert api.post("/taskqueues/matching", json=resource).status_code == 200
+
+
 # the exact key named: a missing key in the caller's own spelling, as a bad value's is
 SPELLINGS = {
     "DIRAC-missing-Site": ({"CPUTime": 1}, "Site", "Field required (send Site or site)"),

@@ -100,16 +100,24 @@ def check_rule(
 ) -> None:
     """A job of `spec`, alone in the service, is refused by every resource of `refuses`
     (not listed, 204, still Waiting) and taken by every resource of `accepts`
-    (listed with probability 1, 200 with that job) - a fresh job for each."""
+    (listed with probability 1, 200 with that job) - a fresh job for each. `Site: any`
+    only describes a dry run: /match refuses it (422) and the job stays Waiting."""
     job_id, tq_id = submit_one(client, **spec)
     for body in refuses:
         assert odds(client, body) == {}, f"listed for {body}"
         assert match(client, body) is None, f"matched by {body}"
     assert job(client, job_id)["status"] == "Waiting"
-    for i, body in enumerate(accepts):
-        if i:
+    waiting = True
+    for body in accepts:
+        if not waiting:
             job_id, tq_id = submit_one(client, **spec)
         assert odds(client, body) == {tq_id: 1.0}, f"not listed alone for {body}"
+        if str(body.get("Site", "")).lower() == "any":
+            assert client.post("/match", json=body).status_code == 422, body
+            assert job(client, job_id)["status"] == "Waiting"
+            waiting = True
+            continue
+        waiting = False
         got = match(client, body)
         assert got is not None, f"204 for {body}"
         assert got["job_id"] == job_id
