@@ -9,15 +9,22 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test bench clean
 
-$(STAMP): pyproject.toml
+# serving needs only the runtime dependencies; the tests add the dev extras
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
+
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-run: install
+run: $(RUNTIME_STAMP)
 	$(BIN)/fairmatch serve
 
 # Two workers (one per core); a module's tests of one backend stay together with their servers.

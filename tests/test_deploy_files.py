@@ -12,6 +12,7 @@ import fnmatch
 import json
 import re
 import shlex
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -375,3 +376,19 @@ def test_the_expression_check_catches_bad_queries(expr, problem):
             metric_names(expr)
     else:
         assert unknown_metrics([expr], CONTRACT_SERIES) == {problem}
+
+
+def _planned_installs(target: str, tmp_path: Path) -> list[str]:
+    """The pip installs `make TARGET` would run on a fresh machine (make -n runs nothing)."""
+    planned = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return [line.split("install", 1)[1].split()[-1] for line in planned.splitlines() if "pip install" in line
+            and "--upgrade pip" not in line]  # fmt: skip
+
+
+def test_make_run_installs_only_what_serving_needs(tmp_path):
+    assert _planned_installs("run", tmp_path) == ["."]
+
+
+def test_make_test_adds_the_dev_extras(tmp_path):
+    assert _planned_installs("test", tmp_path) == [".", '".[dev]"']
