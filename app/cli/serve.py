@@ -51,6 +51,8 @@ def serve(
     # before any worker imports prometheus-client (it picks its value store on import)
     prepare_multiprocess_directory(settings.server.metrics_dir)
     note(f"fairmatch listening on http://{format_host(host)}:{port} ({workers} worker{'s' * (workers > 1)})")
+    # the client commands default to the configured port on loopback: say where this one is
+    note(f"client commands: export FAIRMATCH_URL={client_url(host, port)}")
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -83,6 +85,12 @@ def refuse_open_bind_without_auth(settings: Settings, host: str) -> None:
             "anyone who reaches it as admin.",
             EXIT_USAGE,
         )
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL a client on this machine reaches the service at (a wildcard bind through loopback)."""
+    reachable = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{format_host(reachable)}:{port}"
 
 
 def format_host(host: str) -> str:

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli, render
 from app.cli import jobs as job_commands
+from app.cli.serve import client_url
 from app.db import migrate
 from tests.conftest import (
     BACKENDS,
@@ -289,12 +290,26 @@ def test_serve_migrates_a_fresh_sqlite_file_and_answers(cli_env, tmp_path):
         )
     try:
         assert wait_until_ready(f"http://127.0.0.1:{port}", process), log.read_text()
+        # the line serve prints is the one that points the client commands at it
+        (line,) = [ln for ln in log.read_text().splitlines() if "export FAIRMATCH_URL=" in ln]
+        assert line.endswith(f"export FAIRMATCH_URL=http://127.0.0.1:{port}"), line
+        url = line.split("FAIRMATCH_URL=", 1)[1]
+        listed = subprocess.run([str(FAIRMATCH), "jobs", "list"], env={**env, "FAIRMATCH_URL": url},
+                                cwd=tmp_path, capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert listed.returncode == 0 and json.loads(listed.stdout)["jobs"] == [], listed.stderr
     finally:
         process.terminate()
         process.wait(timeout=10)
     output = log.read_text()
     assert "upgraded from none to" in output
     assert f"fairmatch listening on http://127.0.0.1:{port}" in output
+
+
+@pytest.mark.parametrize(("host", "port", "url"), [("0.0.0.0", 8765, "http://127.0.0.1:8765"),
+                                                   ("::", 9000, "http://[::1]:9000"),
+                                                   ("10.1.2.3", 8000, "http://10.1.2.3:8000")])  # fmt: skip
+def test_serve_names_the_url_a_client_on_this_machine_uses(host, port, url):
+    assert client_url(host, port) == url
 
 
 @pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL is not among the test backends")
