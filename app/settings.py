@@ -171,7 +171,9 @@ class MatchingSettings(Section):
         "(dirac: exact; rank and multifactor: highest).",
     )
     prefer_longest_cpu: bool = Field(
-        True, description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket."
+        True,
+        description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket. "
+        "The multifactor policy, where job size is a factor, defaults to false.",
     )
     jobs_per_try: int = Field(
         10, ge=1, le=1000, description="Inside a TQ, pick at random among this many lowest job ids."
@@ -328,6 +330,22 @@ class PrioritySettings(Section):
     rank: RankSettings = Field(default_factory=RankSettings)
     multifactor: MultifactorSettings = Field(default_factory=MultifactorSettings)
 
+    @model_validator(mode="after")
+    def _read_by_the_policy(self) -> PrioritySettings:
+        """A setting only another policy reads would silently do nothing: refuse it."""
+        if self.corrections_enabled and self.policy != "dirac":
+            raise ValueError(
+                f"priority.corrections_enabled = true: share corrections are applied by the dirac "
+                f"policy only, and priority.policy is {self.policy!r}"
+            )
+        for section in ("rank", "multifactor"):
+            if section in self.model_fields_set and self.policy != section:
+                raise ValueError(
+                    f"[priority.{section}] is read by the {section} policy only, and priority.policy is "
+                    f"{self.policy!r}: remove the section or change the policy"
+                )
+        return self
+
 
 class GroupSettings(Section):
     job_share: float = Field(1000, ge=0, description="The group's share (DIRAC JobShare).")
@@ -399,9 +417,22 @@ class Settings(BaseSettings):
     )
 
     @model_validator(mode="after")
-    def _lottery_of_the_policy(self) -> Settings:
+    def _matching_of_the_policy(self) -> Settings:
+        """The policy's own lottery and CPU-bucket narrowing, unless set; and no setting the
+        policy would ignore."""
+        policy = self.priority.policy
         if self.matching.lottery is None:
-            self.matching.lottery = POLICY_LOTTERY[self.priority.policy]
+            self.matching.lottery = POLICY_LOTTERY[policy]
+        if policy == "multifactor":
+            job_size = self.priority.multifactor.weights.job_size
+            if "prefer_longest_cpu" not in self.matching.model_fields_set:
+                self.matching.prefer_longest_cpu = False  # job size is one of its factors
+            elif self.matching.prefer_longest_cpu and job_size > 0:
+                raise ValueError(
+                    f"priority.multifactor.weights.job_size = {job_size:g} has no effect while "
+                    "matching.prefer_longest_cpu = true draws from the longest CPU bucket first: "
+                    "set one of them to 0 / false"
+                )
         return self
 
     @classmethod

@@ -1,5 +1,7 @@
 """Settings: TOML file, environment overrides, validation."""
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -99,3 +101,26 @@ def test_prepared_statements_setting_from_file_and_environment(no_config, monkey
     url = normalise_url(s.database_url)
     assert "prepare_threshold" not in postgresql_connect_args(url)  # psycopg's default: prepare after 5 runs
     assert postgresql_connect_args(url, prepared_statements=False)["prepare_threshold"] is None
+
+
+def test_multifactor_draws_over_every_cpu_bucket_unless_told(no_config):
+    """Under multifactor job size is a factor: narrowing to the longest bucket first would void it."""
+    assert Settings(priority={"policy": "multifactor"}).matching.prefer_longest_cpu is False
+    assert Settings(priority={"policy": "dirac"}).matching.prefer_longest_cpu is True
+    without_job_size = {"policy": "multifactor", "multifactor": {"weights": {"job_size": 0}}}
+    assert Settings(priority=without_job_size, matching={"prefer_longest_cpu": True}).matching.prefer_longest_cpu
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"priority": {"policy": "multifactor", "corrections_enabled": True}}, "priority.corrections_enabled"),
+        ({"priority": {"policy": "multifactor"}, "matching": {"prefer_longest_cpu": True}},
+         "priority.multifactor.weights.job_size"),
+        ({"priority": {"policy": "rank", "multifactor": {"favour": "large"}}}, "[priority.multifactor]"),
+        ({"priority": {"policy": "multifactor", "rank": {"window_days": 3}}}, "[priority.rank]"),
+    ],
+)
+def test_a_setting_the_policy_would_ignore_is_refused_by_name(no_config, changes, named):
+    with pytest.raises(ValidationError, match=re.escape(named)):
+        Settings(**changes)
