@@ -201,6 +201,11 @@ class MatchingSettings(Section):
         description="How often each process reads the ids of all task queues, so that those "
         "other processes deleted leave its copy.",
     )
+    unstated_fields: Literal["strict", "dirac"] = Field(
+        "strict",
+        description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
+        "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
+    )
 
 
 class JobSettings(Section):

@@ -21,7 +21,7 @@ from app.matching.choice import choose, choose_level
 from app.matching.eligibility import eligible
 from app.matching.resource import ResourceDescription
 from app.services.keeper import Keeper
-from app.settings import Settings
+from app.settings import MatchingSettings, Settings
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -41,7 +41,7 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
     finally:
         await engine.dispose()
     catalog = keeper.catalog
-    queries = [ResourceDescription.model_validate(r).to_query() for r in resources]
+    queries = [ResourceDescription.model_validate(r).to_query(MatchingSettings()) for r in resources]
     rng = random.Random(1)
     timings, chosen = [], 0
     for _ in range(rounds):

@@ -26,6 +26,7 @@ from pathlib import Path
 import psycopg
 
 from app.matching.resource import ResourceDescription
+from app.settings import MatchingSettings
 
 _SCRATCH = """
 DROP TABLE IF EXISTS bench_tq_gin;
@@ -64,7 +65,7 @@ WHERE cpu_time <= %(cpu)s
 
 
 def _params(resource: dict) -> dict:
-    q = ResourceDescription.model_validate(resource).to_query()
+    q = ResourceDescription.model_validate(resource).to_query(MatchingSettings())
     values = {f: sorted(v or ()) for f, v in q.values.items()}
     return {
         "cpu": q.cpu_time, "site": q.site, "tags": sorted(q.tags or ()),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from app.matching.catalog import Catalog
 from app.matching.eligibility import eligible
 from app.matching.resource import ResourceDescription
+from app.settings import MatchingSettings
 from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from bench.workload_fit import Popular
 from bench.workload_model import Workload
@@ -65,7 +66,7 @@ def catalog_of(workload: Workload) -> Catalog:
 
 def eligible_count(catalog: Catalog, resource: dict) -> int:
     """How many TQs the service's own rules give this resource."""
-    return eligible(catalog, ResourceDescription.model_validate(resource).to_query()).bit_count()
+    return eligible(catalog, ResourceDescription.model_validate(resource).to_query(MatchingSettings())).bit_count()
 
 
 def eligible_fraction(workload: Workload, resources: Sequence[dict]) -> float:

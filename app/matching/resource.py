@@ -11,6 +11,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from app.errors import BadRequest
 from app.fields import Int, Name, NameList
 from app.jobs.models import MAX_CPU_TIME
+from app.settings import MatchingSettings
 from app.taskqueues.requirements import ANY
 
 # Derived tags are spelled out in SQL; these caps bound them (4 TB, 1024 cores).
@@ -76,7 +77,10 @@ class ResourceDescription(BaseModel):
                 errors.append({"type": message, "loc": (dirac if dirac_style else snake,), "input": data})
             raise ValidationError.from_exception_data(exc.title, errors) from None
 
-    def to_query(self) -> ResourceQuery:
+    def to_query(self, options: MatchingSettings) -> ResourceQuery:
+        """The filter. A grid CE, platform or job type left out limits the resource to queues
+        listing none (`strict`), or is no condition at all (`dirac`, as DIRAC's TaskQueueDB)."""
+        unstated = frozenset() if options.unstated_fields == "strict" else None
         tags = set(self.tags or ()) | derived_tags(self.max_ram_mb, self.number_of_processors, self.whole_node)
         any_tag = any(t.lower() == ANY for t in tags)
         required = frozenset(self.required_tags or ())
@@ -87,10 +91,10 @@ class ResourceDescription(BaseModel):
             site=None if self.site.lower() == ANY else self.site,
             cpu_time=self.cpu_time,
             values={
-                "sites": _values(self.site),
-                "grid_ces": _values(self.grid_ce),
-                "platforms": _values(self.platform),
-                "job_types": _values(self.job_type),
+                "sites": _values(self.site, None),
+                "grid_ces": _values(self.grid_ce, unstated),
+                "platforms": _values(self.platform, unstated),
+                "job_types": _values(self.job_type, unstated),
             },
             tags=None if any_tag else frozenset(tags),
             required_tags=required,
@@ -113,9 +117,11 @@ class ClaimingResource(ResourceDescription):
         return site
 
 
-def _values(given: str | list[str] | None) -> frozenset[str] | None:
-    """None means: no condition (the resource said `any`)."""
-    items = [given] if isinstance(given, str) else list(given or ())
+def _values(given: str | list[str] | None, unstated: frozenset[str] | None) -> frozenset[str] | None:
+    """None means: no condition (the resource said `any`); `unstated` stands for a field left out."""
+    if given is None:
+        return unstated
+    items = [given] if isinstance(given, str) else list(given)
     if any(v.lower() == ANY for v in items):
         return None
     return frozenset(items)

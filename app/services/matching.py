@@ -97,7 +97,7 @@ async def _match(
     keeper: Keeper,
 ) -> tuple[dict[str, Any] | None, str]:
     """The job (or None) and how the request ended, for the metrics."""
-    query = resource.to_query()
+    query = resource.to_query(settings.matching)
     if resource.request_id is not None:
         previous = await _previous_match(conn, requester, resource.request_id)
         if previous is not None:
@@ -248,7 +248,7 @@ async def explain(
     A TQ a site limit keeps out now is listed with probability 0 and the
     limits that exclude it (`excluded_by`).
     """
-    query = resource.to_query()
+    query = resource.to_query(settings.matching)
     await keeper.refresh(conn)
     catalog = keeper.catalog
     named_tq = None

@@ -792,3 +792,40 @@ def test_request_id_without_a_match_does_not_stick(client):
     (job_id,) = submit(client, 1)
     got = match(client, resource(request_id="early"))
     assert got is not None and got["job_id"] == job_id
+
+
+# ---------------------------------------------------------------- fields a pilot leaves out
+
+UNSTATED = [
+    pytest.param({"grid_ces": ["ce1.s1"]}, {"GridCE": "ce2.s1"}, id="grid_ce"),
+    pytest.param({"platforms": ["el9"]}, {"Platform": ["el8"]}, id="platform"),
+    pytest.param({"job_types": ["MCSimulation"]}, {"JobType": "User"}, id="job_type"),
+]
+
+
+@pytest.mark.parametrize(("spec", "other_value"), UNSTATED)
+@pytest.mark.parametrize("mode", ["strict", "dirac"])
+def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(clean, server_factory, mode, spec, other_value):
+    """strict (the default): a pilot that does not state a grid CE, platform or job type gets
+    only queues listing none. dirac: no condition on that field, as DIRAC's TaskQueueDB. A
+    stated value that differs is refused in both modes."""
+    settings = {} if mode == "strict" else {"MATCHING__UNSTATED_FIELDS": "dirac"}
+    with server_factory(**settings).client() as client:
+        job_id, tq_id = submit_one(client, **spec)
+        assert odds(client, resource(**other_value)) == {} and match(client, resource(**other_value)) is None
+        if mode == "strict":
+            assert odds(client, resource()) == {} and match(client, resource()) is None
+            assert job(client, job_id)["status"] == "Waiting"
+        else:
+            assert odds(client, resource()) == {tq_id: 1.0}
+            assert match(client, resource())["job_id"] == job_id
+
+
+@pytest.mark.parametrize("mode", ["strict", "dirac"])
+def test_tags_keep_their_own_rule_in_both_modes(clean, server_factory, mode):
+    """A job that needs a tag goes only to a pilot offering it, whatever unstated_fields says."""
+    with server_factory(MATCHING__UNSTATED_FIELDS=mode).client() as client:
+        job_id, tq_id = submit_one(client, tags=["GPU"])
+        assert odds(client, resource()) == {} and match(client, resource()) is None
+        assert odds(client, resource(Tag=["GPU"])) == {tq_id: 1.0}
+        assert match(client, resource(Tag=["GPU"]))["job_id"] == job_id

@@ -7,11 +7,13 @@ from datetime import timedelta
 
 from app.matching.eligibility import conditions, eligible
 from app.matching.resource import ResourceDescription
+from app.settings import MatchingSettings
 from tests.unit.catalogs import CHANGED, catalog_of, tq_row
 
 
-def query(**body):
-    return ResourceDescription.model_validate({"Site": "A", "CPUTime": 86400, **body}).to_query()
+def query(unstated_fields: str = "strict", **body):
+    described = ResourceDescription.model_validate({"Site": "A", "CPUTime": 86400, **body})
+    return described.to_query(MatchingSettings(unstated_fields=unstated_fields))
 
 
 def ids(catalog, bits):
@@ -49,6 +51,13 @@ def test_unstated_fields_take_only_queues_without_values_and_any_lifts_the_condi
     assert ids(catalog, eligible(catalog, query())) == {1}  # no platform and no tags stated
     assert ids(catalog, eligible(catalog, query(Platform="any", Tag=["any"]))) == {1, 2, 3}
     assert ids(catalog, eligible(catalog, query(Tag=["gpu"], RequiredTag=["gpu"]))) == {3}
+
+
+def test_with_unstated_fields_dirac_a_field_left_out_is_no_condition_but_tags_keep_theirs():
+    catalog = catalog_of([tq_row(1), tq_row(2, platforms=["el9"], job_types=["MC"]), tq_row(3, tags=["gpu"])])
+    assert ids(catalog, eligible(catalog, query("dirac"))) == {1, 2}  # tags: only what is offered
+    assert ids(catalog, eligible(catalog, query("dirac", Platform="el8"))) == {1}  # a stated value still counts
+    assert ids(catalog, eligible(catalog, query("dirac", Tag=["gpu"]))) == {1, 2, 3}
 
 
 def test_site_limit_bans_exclude_the_values_at_their_limit():

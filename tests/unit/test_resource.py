@@ -5,6 +5,7 @@ from pydantic import ValidationError
 
 from app.errors import BadRequest
 from app.matching.resource import ResourceDescription, derived_tags
+from app.settings import MatchingSettings
 
 
 def test_dirac_keys_and_snake_case_aliases_are_the_same_resource():
@@ -20,7 +21,7 @@ def test_dirac_keys_and_snake_case_aliases_are_the_same_resource():
          "job_id": 5}
     )  # fmt: skip
     assert dirac == snake
-    assert dirac.to_query() == snake.to_query()
+    assert dirac.to_query(MatchingSettings()) == snake.to_query(MatchingSettings())
 
 
 def test_unknown_keys_are_ignored():
@@ -47,18 +48,18 @@ def test_derived_tags_follow_dirac():
 def test_query_carries_derived_and_given_tags():
     q = ResourceDescription.model_validate(
         {"Site": "S", "CPUTime": 1, "Tag": ["GPU"], "NumberOfProcessors": 2}
-    ).to_query()
+    ).to_query(MatchingSettings())
     assert q.tags == {"GPU", "MultiProcessor", "2Processors"}
 
 
 def test_untagged_resource_offers_no_tags():
-    assert ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query().tags == frozenset()
+    assert ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings()).tags == frozenset()
 
 
 def test_any_lifts_conditions():
     q = ResourceDescription.model_validate(
         {"Site": "ANY", "CPUTime": 1, "Platform": ["x", "Any"], "Tag": ["any"]}
-    ).to_query()
+    ).to_query(MatchingSettings())
     assert q.site is None
     assert q.values["sites"] is None
     assert q.values["platforms"] is None
@@ -66,7 +67,7 @@ def test_any_lifts_conditions():
 
 
 def test_absent_values_restrict_to_unrestricted_queues():
-    q = ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query()
+    q = ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings())
     assert q.values == {"sites": {"S"}, "grid_ces": set(), "platforms": set(), "job_types": set()}
 
 
@@ -74,13 +75,13 @@ def test_required_tags_must_be_offered():
     with pytest.raises(BadRequest, match="not offered: B"):
         ResourceDescription.model_validate(
             {"Site": "S", "CPUTime": 1, "Tag": ["A"], "RequiredTag": ["A", "B"]}
-        ).to_query()
+        ).to_query(MatchingSettings())
 
 
 def test_required_tags_may_be_derived():
     q = ResourceDescription.model_validate(
         {"Site": "S", "CPUTime": 1, "NumberOfProcessors": 8, "RequiredTag": "MultiProcessor"}
-    ).to_query()
+    ).to_query(MatchingSettings())
     assert q.required_tags == {"MultiProcessor"}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from app.limits.rules import Attribute, Limit, LimitState, SiteLimits, from_settings, with_banned
 from app.matching.resource import ResourceDescription
-from app.settings import Settings
+from app.settings import MatchingSettings, Settings
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SITE = "LCG.A.ch"
@@ -47,7 +47,7 @@ def test_restrict_bans_each_attribute_on_the_query():
         ),
         NOW,
     )
-    query = limits.restrict(ResourceDescription(site=SITE, cpu_time=100).to_query())
+    query = limits.restrict(ResourceDescription(site=SITE, cpu_time=100).to_query(MatchingSettings()))
     assert query.banned_job_types == {"MC"}
     assert query.banned_owner_groups == {"lhcb_mc"}
     assert query.banned_owners == {"bob"}
