@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app.db.engine import create_engine
 from app.matching.choice import choose, choose_level
-from app.matching.eligibility import eligible
+from app.matching.eligibility import analysis, eligible
 from app.matching.resource import ResourceDescription
 from app.services.keeper import Keeper
 from app.settings import MatchingSettings, Settings
@@ -43,7 +43,7 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
     catalog = keeper.catalog
     queries = [ResourceDescription.model_validate(r).to_query(MatchingSettings()) for r in resources]
     rng = random.Random(1)
-    timings, chosen = [], 0
+    timings, analysis_timings, chosen = [], [], 0
     for _ in range(rounds):
         for query in queries:
             started = time.perf_counter()
@@ -52,6 +52,9 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
                 choose_level(entry, settings.matching, rng)
                 chosen += 1
             timings.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            analysis(catalog, query)  # what the dry run adds: why each queue is in or out
+            analysis_timings.append((time.perf_counter() - started) * 1000)
     return {
         "task_queues": len(catalog),
         "live_task_queues": catalog.live.bit_count(),
@@ -62,6 +65,8 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
         "median_ms": round(statistics.median(timings), 4),
         "p90_ms": round(_percentile(timings, 90), 4),
         "p99_ms": round(_percentile(timings, 99), 4),
+        "analysis_median_ms": round(statistics.median(analysis_timings), 4),
+        "analysis_p99_ms": round(_percentile(analysis_timings, 99), 4),
     }
 
 

@@ -46,7 +46,7 @@ async def matching_task_queues(
     resource: ResourceDescription, caller: PilotsAndOperators, conn: Connection, context: Matching
 ) -> dict:
     resource = pin_resource(caller, resource)
-    return {"task_queues": await service.explain(conn, resource, context.settings, context.keeper)}
+    return await service.explain(conn, resource, context.settings, context.keeper)
 
 
 def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue, create_model
+
+from app.matching.eligibility import CONDITION_NAMES
 
 
 class SubmittedJob(BaseModel):
@@ -103,8 +105,24 @@ class MatchingTaskQueue(TaskQueue):
     )
 
 
+RejectedBy = create_model(
+    "RejectedBy",
+    __doc__="Per condition, how many task queues with waiting jobs fail it (one failing several counts under each).",
+    **{name: (int, ...) for name in CONDITION_NAMES},
+)
+
+
+class MatchAnalysis(BaseModel):
+    """Why a resource gets what it gets, as HTCondor's `condor_q -better-analyze`."""
+
+    task_queues_considered: int = Field(description="Task queues with waiting jobs.")
+    eligible: int = Field(description="Those passing every condition.")
+    rejected_by: RejectedBy
+
+
 class MatchingTaskQueueList(BaseModel):
     task_queues: list[MatchingTaskQueue]
+    analysis: MatchAnalysis
 
 
 class Health(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.console import Group
 from rich.table import Table
 
 from app.cli.client import TokenOption, UrlOption, call_api, connect
@@ -77,7 +78,26 @@ def match(
     }
     given = {key: value for key, value in resource.items() if value not in (None, [])}
     answer = call_api(connect(url, token), "POST", "/taskqueues/matching", given)
-    show(answer, lambda doc: task_queue_table(doc, f"Task queues eligible at {site}", with_probability=True))
+    show(answer, lambda doc: Group(task_queue_table(doc, f"Task queues eligible at {site}", with_probability=True),
+                                   analysis_table(doc["analysis"]), verdict(doc["analysis"])))
+
+
+def analysis_table(found: dict) -> Table:
+    """How many task queues with waiting jobs each condition rejects (a queue may fail several)."""
+    caption = f"{found['eligible']} of {found['task_queues_considered']} task queues with waiting jobs are eligible"
+    table = new_table("Why: task queues each condition rejects", "condition", "rejected", caption=caption)
+    for condition, count in found["rejected_by"].items():
+        table.add_row(condition, str(count))
+    return table
+
+
+def verdict(found: dict) -> str:
+    """One line: the most restrictive condition, when nothing is eligible."""
+    if found["eligible"] or not found["task_queues_considered"]:
+        return "" if found["eligible"] else "No task queue has waiting jobs."
+    condition, count = max(found["rejected_by"].items(), key=lambda item: item[1])
+    return (f"Nothing is eligible; the most restrictive condition is {condition}, which rejects {count} of "
+            f"{found['task_queues_considered']} task queues.")  # fmt: skip
 
 
 def task_queue_table(document: dict, title: str, *, with_probability: bool = False) -> Table:

@@ -13,6 +13,11 @@ from app.matching.resource import ResourceQuery
 
 # the condition each multi-valued field of the resource puts on a TQ
 FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platform", "job_types": "job_type"}
+# every condition `conditions` may name, in the order an analysis lists them
+CONDITION_NAMES = (
+    "cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
+    "owner_group", "owner", "vo", "site_limit",
+)  # fmt: skip
 
 
 def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
@@ -56,3 +61,17 @@ def eligible(catalog: Catalog, q: ResourceQuery) -> int:
     for _, tqs in conditions(catalog, q):
         passing &= tqs
     return passing
+
+
+def analysis(catalog: Catalog, q: ResourceQuery) -> dict:
+    """Why the TQs with waiting jobs are or are not eligible, as HTCondor's -better-analyze
+    counts: per condition, how many of them fail it (a TQ failing several counts under each)."""
+    considered = catalog.live
+    rejected_by = dict.fromkeys(CONDITION_NAMES, 0)
+    passing = considered
+    for name, tqs in conditions(catalog, q):
+        rejected_by[name] += (considered & ~tqs).bit_count()
+        passing &= tqs
+    return {"task_queues_considered": considered.bit_count(), "eligible": passing.bit_count(),
+            "rejected_by": rejected_by}  # fmt: skip
+

@@ -69,12 +69,14 @@ class Keeper:
         known = self.catalog.latest_change
         return latest is not None and (known is None or latest > known)
 
-    async def refresh(self, conn: AsyncConnection, *, unless_current: bool = False) -> None:
+    async def refresh(self, conn: AsyncConnection, *, unless_current: bool = False, sweep: bool = False) -> None:
+        """Read what changed; with `sweep` (or once per reload_seconds) also drop the TQs
+        other processes deleted, which an exact count of the queues needs."""
         async with self._lock:
             generation = changes.generation()
             if unless_current and generation == self._generation:
                 return  # another request caught up while this one waited
-            sweep = time.monotonic() - self._swept_at > self.settings.reload_seconds
+            sweep = sweep or time.monotonic() - self._swept_at > self.settings.reload_seconds
             # a copy holding many deleted TQs is built anew (their positions are reclaimed)
             rebuild = sweep and self.catalog.wasted() > max(1000, len(self.catalog))
             since = None

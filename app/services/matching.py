@@ -20,7 +20,7 @@ from app.jobs.lifecycle import lease_until
 from app.limits.rules import SiteLimits, with_banned
 from app.matching.catalog import Catalog, bit
 from app.matching.choice import chances, choose, choose_level
-from app.matching.eligibility import eligible
+from app.matching.eligibility import analysis, eligible
 from app.matching.resource import ResourceDescription, ResourceQuery
 from app.metrics import (
     CLAIM_CONFLICTS,
@@ -241,34 +241,35 @@ async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
 
 async def explain(
     conn: AsyncConnection, resource: ResourceDescription, settings: Settings, keeper: Keeper
-) -> list[dict[str, Any]]:
+) -> dict[str, Any]:
     """The eligible TQs, each with the probability that a match draws it: the very
-    selection /match makes, on the latest state.
+    selection /match makes, on the latest state; and the analysis of the conditions.
 
     A TQ a site limit keeps out now is listed with probability 0 and the
     limits that exclude it (`excluded_by`).
     """
     query = resource.to_query(settings.matching)
-    await keeper.refresh(conn)
+    await keeper.refresh(conn, sweep=True)  # the analysis counts every queue: none deleted elsewhere
     catalog = keeper.catalog
     named_tq = None
     async with read_transaction(conn):
+        limits = await LimitDB.of(conn).of_site(query.site, utcnow())
         if query.job_id is not None:
             queued = await ClaimDB.of(conn).queue_of(query.job_id)
-            if queued is None:
-                return []
-            named_tq = queued[0]
-        pool = _pool(catalog, query, set(), named_tq)
-        tqs = [tq for tq in await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if tq["jobs"] > 0]
-        limits = await LimitDB.of(conn).of_site(query.site, utcnow())
+            named_tq = queued[0] if queued is not None else None
+        pool = _pool(catalog, query, set(), named_tq) if query.job_id is None or named_tq is not None else 0
+        tqs = [tq for tq in await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if tq["jobs"] > 0] if pool else []
     listed = {tq["task_queue_id"] for tq in tqs}
     for entry in catalog.entries_in(pool):
         if entry.tq_id not in listed:
             catalog.drain(entry)  # emptied since the catalog last heard of it
     if limits is not None:
         query = limits.restrict(query)
-    odds = chances(catalog, _pool(catalog, query, set(), named_tq), settings.matching)
+    odds = chances(catalog, _pool(catalog, query, set(), named_tq), settings.matching) if pool else {}
     for tq in tqs:
         tq["excluded_by"] = limits.reasons_for(tq) if limits is not None else []
         tq["probability"] = odds.get(tq["task_queue_id"], 0.0)
-    return sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"]))
+    return {
+        "task_queues": sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"])),
+        "analysis": analysis(catalog, query),
+    }

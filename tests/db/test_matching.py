@@ -137,7 +137,7 @@ async def test_match_draws_from_exactly_the_queues_the_explanation_lists(engine,
     keeper = Keeper(settings.matching)
     described = ResourceDescription(**resource)
     async with engine.connect() as conn:
-        listed = await matching.explain(conn, described, settings, keeper)
+        listed = (await matching.explain(conn, described, settings, keeper))["task_queues"]
     chances = {tq["task_queue_id"]: tq["probability"] for tq in listed if tq["probability"] > 0}
     drawn: Counter[int] = Counter()
     async with engine.connect() as conn:

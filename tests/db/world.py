@@ -58,7 +58,8 @@ class World:
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
         """The dry run's list: every eligible TQ with the probability a match draws it."""
-        return await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.keeper)
+        explained = await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.keeper)
+        return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
         return await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings)

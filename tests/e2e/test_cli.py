@@ -186,6 +186,9 @@ def test_match_honours_the_resource_options(fairmatch, server, clean):
     assert [tq["task_queue_id"] for tq in untagged["task_queues"]] == [plain["task_queue_id"]]
     assert untagged["task_queues"][0]["probability"] == pytest.approx(1)
     assert too_short["task_queues"] == []
+    # the JSON carries the analysis: every queue is too long for a 60 s slot, the GPU one lacks its tag
+    assert too_short["analysis"]["rejected_by"]["cpu_time"] == 2 and too_short["analysis"]["eligible"] == 0
+    assert untagged["analysis"]["rejected_by"]["tags"] == 1 and untagged["analysis"]["eligible"] == 1
 
 
 def test_a_refused_resource_exits_1_with_the_problem_detail(fairmatch, server, clean):
@@ -223,6 +226,19 @@ def test_a_terminal_gets_tables(invoke, monkeypatch, server, clean):
     assert "S1, S2, S3 (+2)" in result.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(result.stdout)
+
+
+def test_a_terminal_gets_the_analysis_and_the_most_restrictive_condition(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
+    submit_via_api(server, JOB_A, JOB_GPU, JOB_ELSEWHERE)
+
+    result = invoke("match", "--site", "S1", "--cpu-time", "60", "--tag", "GPU", "--url", server.url)
+
+    assert result.exit_code == 0, result.stderr
+    shown = " ".join(result.stdout.split())  # titles and captions wrap to the table's width
+    assert "Why: task queues each condition rejects" in shown
+    assert "0 of 3 task queues with waiting jobs are eligible" in shown
+    assert "Nothing is eligible; the most restrictive condition is cpu_time, which rejects 3 of 3 task queues." in shown
 
 
 def test_large_submissions_go_in_batches(invoke, monkeypatch, server, clean, tmp_path):

@@ -829,3 +829,35 @@ def test_tags_keep_their_own_rule_in_both_modes(clean, server_factory, mode):
         assert odds(client, resource()) == {} and match(client, resource()) is None
         assert odds(client, resource(Tag=["GPU"])) == {tq_id: 1.0}
         assert match(client, resource(Tag=["GPU"]))["job_id"] == job_id
+
+
+# ---------------------------------------------------------------- why: the analysis
+
+
+def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
+    """HTCondor's -better-analyze for a pilot: per condition, the queues with waiting jobs
+    that fail it (a queue failing two counts under both); every key present, zeros too."""
+    submit_one(client)  # eligible
+    submit_one(client, sites=["S2"])  # site
+    submit_one(client, cpu_time=BIG * 10, platforms=["el9"])  # cpu_time and platform
+    submit_one(client, tags=["GPU"], banned_sites=["S1"])  # tags and banned_site
+    submit_one(client, owner_group="other", job_types=["MCSimulation"])  # owner_group, site_limit
+    r = client.put("/limits", json={"limits": [
+        {"site": "S1", "attribute": "job_type", "value": "MCSimulation", "running_limit": 0}]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    r = client.post("/taskqueues/matching", json=resource(Platform="el8", OwnerGroup=["users", "other"],
+                                                          JobType=["MCSimulation", "User"]))  # fmt: skip
+    assert r.status_code == 200, r.text
+    found = r.json()["analysis"]
+    assert (found["task_queues_considered"], found["eligible"]) == (5, 1), found
+    assert list(found["rejected_by"]) == ["cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type",
+                                          "tags", "required_tags", "owner_group", "owner", "vo", "site_limit"]
+    assert {k: v for k, v in found["rejected_by"].items() if v} == {
+        "site": 1, "cpu_time": 1, "platform": 1, "tags": 1, "banned_site": 1, "site_limit": 1,
+    }  # fmt: skip
+    # a slot too short for every queue: nothing eligible, the analysis says why, /match agrees
+    short = resource(CPUTime=100)
+    nothing = client.post("/taskqueues/matching", json=short).json()
+    assert nothing["task_queues"] == [] and nothing["analysis"]["eligible"] == 0
+    assert nothing["analysis"]["rejected_by"]["cpu_time"] == 5
+    assert match(client, short) is None

@@ -402,3 +402,12 @@ def test_the_lean_service_claims_over_http(clean, tmp_path):
         assert conn.execute(sa.text("SELECT count(*) FROM tq_jobs")).scalar_one() == 0
     engine.dispose()
     assert lean.process.returncode is not None
+
+
+def test_the_analysis_cost_is_measured_beside_the_selection():
+    from bench.run_analysis import measure
+
+    found = measure(jobs=2000, n_pilots=20, rounds=1)
+    assert (found["task_queues"], found["pilots"], found["draws"]) == (2000, 20, 20)
+    assert 0 < found["analysis_median_ms"] <= found["analysis_p99_ms"]
+    assert found["analysis_to_selection"] > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from app.matching.eligibility import conditions, eligible
+from app.matching.eligibility import CONDITION_NAMES, analysis, conditions, eligible
 from app.matching.resource import ResourceDescription
 from app.settings import MatchingSettings
 from tests.unit.catalogs import CHANGED, catalog_of, tq_row
@@ -105,3 +105,22 @@ def test_deleted_queues_leave_the_catalog():
     catalog = catalog_of([tq_row(1), tq_row(2)])
     catalog.remove([1, 99])
     assert ids(catalog, catalog.live) == {2} and catalog.wasted() == 1 and len(catalog) == 1
+
+
+def test_analysis_counts_the_live_queues_each_condition_rejects_and_keeps_every_key():
+    catalog = catalog_of([
+        tq_row(1),                                              # eligible
+        tq_row(2, sites=["B"]),                                 # site
+        tq_row(3, cpu_time=10**6, platforms=["el9"]),           # cpu_time and platform: counted under both
+        tq_row(4, tags=["gpu"], banned_sites=["A"]),            # tags and banned_site
+        tq_row(5, owner_group="other"),                         # owner_group
+        tq_row(6, sites=["B"], levels=[]),                      # no waiting jobs: not considered
+    ])  # fmt: skip
+    found = analysis(catalog, query(Platform="el8", OwnerGroup=["group"]))
+    assert (found["task_queues_considered"], found["eligible"]) == (5, 1)
+    assert list(found["rejected_by"]) == list(CONDITION_NAMES)
+    assert {k: v for k, v in found["rejected_by"].items() if v} == {
+        "site": 1, "cpu_time": 1, "platform": 1, "tags": 1, "banned_site": 1, "owner_group": 1,
+    }  # fmt: skip
+    banned = dataclasses.replace(query(), banned_owner_groups=frozenset({"group"}))
+    assert analysis(catalog, banned)["rejected_by"]["site_limit"] == 4  # all but the other group's queue
