@@ -219,6 +219,13 @@ class JobSettings(Section):
     stall_timeout_seconds: int = Field(
         7200, ge=1, description="A Running job silent this long becomes Stalled (DIRAC: 2 h)."
     )
+    stalled_fail_seconds: int = Field(
+        3600, ge=1, description="A Stalled job silent this much longer becomes Failed ('Stalled too long'), "
+        "or is rescheduled with reschedule_stalled.",
+    )
+    reschedule_stalled: bool = Field(
+        False, description="Reschedule a job stalled too long instead of failing it."
+    )
     max_batch: int = Field(
         10000, ge=1, le=10000, description="Most jobs in one POST /jobs (10 000 at most)."
     )

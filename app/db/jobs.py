@@ -95,10 +95,11 @@ class JobDB(AreaDB):
         return (await self.conn.execute(stmt)).all()
 
     async def lock_state(self, job_id: int) -> Any | None:
-        """The job's status, owner, group, matcher and lease, its row locked; None if missing."""
+        """The job's status, owner, group, matcher, lease and last report, its row locked; None if missing."""
         return (
             await self.conn.execute(
-                select(jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by, jobs.c.lease_expires_at)
+                select(jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by, jobs.c.lease_expires_at,
+                       jobs.c.heartbeat_at)  # fmt: skip
                 .where(jobs.c.id == job_id)
                 .with_for_update()
             )
@@ -170,6 +171,18 @@ class JobDB(AreaDB):
                 await self.conn.execute(
                     select(jobs.c.id)
                     .where(jobs.c.status == JobStatus.Running.value, jobs.c.heartbeat_at <= silent_since)
+                    .limit(limit)
+                )
+            ).scalars()
+        )
+
+    async def silent_stalled(self, silent_since: datetime, limit: int) -> list[int]:
+        """Stalled jobs with no report since `silent_since`."""
+        return list(
+            (
+                await self.conn.execute(
+                    select(jobs.c.id)
+                    .where(jobs.c.status == JobStatus.Stalled.value, jobs.c.heartbeat_at <= silent_since)
                     .limit(limit)
                 )
             ).scalars()

@@ -3,6 +3,7 @@
 Waiting -> Matched -> Running -> Done | Failed
 Matched -> Waiting          (lease expired, or rescheduled)
 Running -> Stalled -> Waiting | Failed
+Stalled -> Running | Done | Failed   (its pilot reports again)
 any non-final state -> Killed
 Running -> Running is the heartbeat. Everything else is refused.
 """
@@ -37,7 +38,10 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.Running: frozenset(
         {JobStatus.Running, JobStatus.Done, JobStatus.Failed, JobStatus.Stalled, JobStatus.Killed}
     ),
-    JobStatus.Stalled: frozenset({JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}),
+    # a stalled job's pilot may report again, as DIRAC's stalled-job agent lets it
+    JobStatus.Stalled: frozenset(
+        {JobStatus.Running, JobStatus.Done, JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}
+    ),
 }
 
 
@@ -55,3 +59,11 @@ def lease_lapsed(job: Any, by: datetime) -> bool:
     """Whether the job is Matched with a lease that ran out by `by`."""
     lease = as_utc(job.lease_expires_at)
     return job.status == JobStatus.Matched and lease is not None and lease <= by
+
+
+def stalled_out(job: Any, now: datetime, settings: Settings) -> bool:
+    """Whether the job has been Stalled for `jobs.stalled_fail_seconds`: it was marked
+    `stall_timeout_seconds` after its last report, and nothing came since."""
+    silent = timedelta(seconds=settings.jobs.stall_timeout_seconds + settings.jobs.stalled_fail_seconds)
+    last = as_utc(job.heartbeat_at)
+    return job.status == JobStatus.Stalled and last is not None and last <= now - silent

@@ -50,7 +50,11 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
 
 async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
     now = utcnow()
-    return await watchdogs.expire_leases(conn, now, settings) + await watchdogs.mark_stalled(conn, now, settings)
+    return (
+        await watchdogs.expire_leases(conn, now, settings)
+        + await watchdogs.mark_stalled(conn, now, settings)
+        + await watchdogs.settle_stalled(conn, now, settings)
+    )
 
 
 def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
@@ -73,7 +77,7 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
                                    "empty task queues deleted", taskqueues.delete_all_empty)),
         asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
-                                   "jobs returned to Waiting or Stalled", lambda c: watch_jobs(c, settings))),
+                                   "jobs returned to Waiting, stalled or failed", lambda c: watch_jobs(c, settings))),
         asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),
         asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
                                    first_delay=min(1.0, p.interval_seconds))),

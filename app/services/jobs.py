@@ -7,6 +7,7 @@ Each change runs in its own transaction; what other areas must hear of it
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from app.db.engine import read_transaction
 from app.db.jobs import JobDB, job_dict
 from app.db.taskqueues import TaskQueueDB
 from app.errors import Conflict, NotFound
-from app.jobs.lifecycle import FINAL, JobStatus, allowed, lease_lapsed
+from app.jobs.lifecycle import FINAL, JobStatus, allowed
 from app.jobs.models import StatusUpdate
 from app.services import accounting, taskqueues
 from app.services.queueing import record_arrivals, refresh_priorities
@@ -116,17 +117,17 @@ async def reschedule(
     source: str,
     minor_status: str | None = None,
     scope: JobScope = UNRESTRICTED,
-    lease_expired_by: datetime | None = None,
+    only_if: Callable[[Any], bool] | None = None,
 ) -> dict[str, Any] | None:
     """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ.
 
-    With `lease_expired_by`, only a job whose Matched lease ran out by then
-    moves (checked under the row lock); otherwise None is returned.
+    With `only_if`, the job moves only if it holds for the row under its lock
+    (a watchdog's re-check: a report may have just come); otherwise None is returned.
     """
     async with conn.begin():
         job_db = JobDB.of(conn)
         locked = await lock_for_transition(job_db, job_id, JobStatus.Waiting, scope)
-        if lease_expired_by is not None and not lease_lapsed(locked, lease_expired_by):
+        if only_if is not None and not only_if(locked):
             return None
         job = await job_db.requeue_facts(job_id)
         await job_db.forget_match_request(job_id)

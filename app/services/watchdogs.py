@@ -13,8 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.engine import read_transaction
 from app.db.jobs import JobDB
 from app.errors import Conflict, NotFound
-from app.jobs.lifecycle import JobStatus
-from app.services.jobs import reschedule
+from app.jobs.lifecycle import JobStatus, lease_lapsed, stalled_out
+from app.services import accounting
+from app.services.jobs import UNRESTRICTED, lock_for_transition, reschedule
 from app.settings import Settings
 
 
@@ -27,7 +28,7 @@ async def expire_leases(conn: AsyncConnection, now: datetime, settings: Settings
         try:
             moved = await reschedule(
                 conn, job_id, now, settings, source="lease", minor_status="matched lease expired",
-                lease_expired_by=now,
+                only_if=lambda row: lease_lapsed(row, now),
             )  # fmt: skip
         except (Conflict, NotFound):
             continue  # confirmed or killed in the meantime
@@ -48,3 +49,39 @@ async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings,
                 await job_db.record_events([job_id], JobStatus.Stalled, now, "stall", "no heartbeat")
                 stalled += 1
     return stalled
+
+
+STALLED_TOO_LONG = "Stalled too long"
+
+
+async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Settings, batch: int = 1000) -> int:
+    """Jobs Stalled for `jobs.stalled_fail_seconds` with no report become Failed, or are
+    rescheduled with `jobs.reschedule_stalled`. Returns how many moved."""
+    silent = settings.jobs.stall_timeout_seconds + settings.jobs.stalled_fail_seconds
+    async with read_transaction(conn):
+        due = await JobDB.of(conn).silent_stalled(now - timedelta(seconds=silent), batch)
+    moved = 0
+    for job_id in due:
+        try:
+            if settings.jobs.reschedule_stalled:
+                done = await reschedule(conn, job_id, now, settings, source="stall", minor_status=STALLED_TOO_LONG,
+                                        only_if=lambda row: stalled_out(row, now, settings))  # fmt: skip
+            else:
+                done = await _fail_stalled(conn, job_id, now, settings)
+        except (Conflict, NotFound):
+            continue  # reported or killed in the meantime
+        moved += done is not None
+    return moved
+
+
+async def _fail_stalled(conn: AsyncConnection, job_id: int, now: datetime, settings: Settings) -> int | None:
+    """Stalled -> Failed under the row lock, unless a report came meanwhile."""
+    async with conn.begin():
+        job_db = JobDB.of(conn)
+        locked = await lock_for_transition(job_db, job_id, JobStatus.Failed, UNRESTRICTED)
+        if not stalled_out(locked, now, settings):
+            return None
+        row = await job_db.update(job_id, status=JobStatus.Failed.value, minor_status=STALLED_TOO_LONG, finished_at=now)
+        await job_db.record_events([job_id], JobStatus.Failed, now, "stall", STALLED_TOO_LONG)
+        await accounting.charge(conn, row, now, settings)  # what it reported using, as any failure
+    return job_id

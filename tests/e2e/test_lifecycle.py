@@ -1,7 +1,7 @@
 """The job lifecycle over real HTTP (DESIGN §2, §5).
 
 Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule);
-Running -> Stalled -> Waiting | Failed; any non-final state -> Killed;
+Running -> Stalled -> Waiting | Failed | Running | Done; any non-final state -> Killed;
 Running -> Running is the heartbeat. Everything else is a 409 that changes nothing.
 A job is in tq_jobs exactly while it is Waiting; job_events records each transition once.
 Also: listing with filters and cursor pagination, and bulk submission.
@@ -269,6 +269,8 @@ LEGAL = {
     ("Running", "Stalled"),
     ("Stalled", "Waiting"),
     ("Stalled", "Failed"),
+    ("Stalled", "Running"),  # its pilot was only late
+    ("Stalled", "Done"),
 }
 ILLEGAL = [(a, b) for a in STATES for b in REPORTABLE if (a, b) not in LEGAL]
 

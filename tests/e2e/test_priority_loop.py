@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
@@ -214,3 +215,60 @@ def test_new_task_queues_get_provisional_priorities_at_once(client):
     tqs = {(t["owner_group"], tuple(t["sites"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]}
     assert tqs[("small", ())] == pytest.approx(750) and tqs[("small", ("X",))] == pytest.approx(250)
     assert tqs[("big", ())] == 1500
+
+
+def _stall_one(api: httpx.Client) -> int:
+    """A job that runs, then falls silent and is marked Stalled by the watchdog."""
+    api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]})
+    job_id = api.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"]
+    assert api.post(f"/jobs/{job_id}/status", json={"status": "Running"}).status_code == 200
+    assert wait_for(lambda: api.get(f"/jobs/{job_id}").json()["status"] == "Stalled", seconds=5)
+    return job_id
+
+
+def _events(database, job_id: int) -> list[tuple[str, str]]:
+    with database.engine().connect() as conn:
+        rows = conn.exec_driver_sql(f"SELECT status, source FROM job_events WHERE job_id = {int(job_id)} ORDER BY id")
+        return [tuple(row) for row in rows.all()]
+
+
+@pytest.mark.parametrize("report", ["Running", "Done", "Failed"])
+def test_a_stalled_job_whose_pilot_reports_again_takes_that_state(server_factory, clean, report):
+    """As DIRAC's stalled-job agent: the pilot was only late. The report is an event."""
+    server = server_factory(JOBS__STALL_TIMEOUT_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.2")
+    with server.client() as api:
+        job_id = _stall_one(api)
+        r = api.post(f"/jobs/{job_id}/status", json={"status": report, "cpu_seconds": 5})
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == report
+        assert (r.json()["finished_at"] is not None) == (report != "Running")
+    assert _events(clean, job_id)[-2:] == [("Stalled", "stall"), (report, "api")]
+
+
+@pytest.mark.parametrize("reschedule", [False, True], ids=["fails", "rescheduled"])
+def test_a_job_stalled_too_long_fails_or_is_rescheduled(server_factory, clean, reschedule):
+    server = server_factory(JOBS__STALL_TIMEOUT_SECONDS="1", JOBS__STALLED_FAIL_SECONDS="1",
+                            JOBS__LEASE_SWEEP_SECONDS="0.2", JOBS__RESCHEDULE_STALLED=str(reschedule).lower())  # fmt: skip
+    with server.client() as api:
+        job_id = _stall_one(api)
+        settled = "Waiting" if reschedule else "Failed"
+        assert wait_for(lambda: api.get(f"/jobs/{job_id}").json()["status"] == settled, seconds=5)
+        job = api.get(f"/jobs/{job_id}").json()
+        assert job["minor_status"] == "Stalled too long"
+        assert (job["finished_at"] is not None) == (not reschedule)
+        if reschedule:  # back in a queue: the next pilot gets it
+            assert api.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"] == job_id
+    assert (settled, "stall") in _events(clean, job_id)
+
+
+def test_a_stalled_job_that_reports_in_time_is_left_alone(server_factory, clean):
+    """The watchdog re-checks: a job reporting while stalled is no longer due."""
+    server = server_factory(JOBS__STALL_TIMEOUT_SECONDS="1", JOBS__STALLED_FAIL_SECONDS="3",
+                            JOBS__LEASE_SWEEP_SECONDS="0.2")  # fmt: skip
+    with server.client() as api:
+        job_id = _stall_one(api)
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # heartbeats from now on
+            assert api.post(f"/jobs/{job_id}/status", json={"status": "Running"}).status_code == 200
+            time.sleep(0.3)
+        assert api.get(f"/jobs/{job_id}").json()["status"] == "Running"

@@ -95,7 +95,7 @@ LEGAL = {
     (JobStatus.Running, JobStatus.Done), (JobStatus.Running, JobStatus.Failed),
     (JobStatus.Running, JobStatus.Stalled), (JobStatus.Running, JobStatus.Killed),
     (JobStatus.Stalled, JobStatus.Waiting), (JobStatus.Stalled, JobStatus.Failed),
-    (JobStatus.Stalled, JobStatus.Killed),
+    (JobStatus.Stalled, JobStatus.Killed), (JobStatus.Stalled, JobStatus.Running), (JobStatus.Stalled, JobStatus.Done),
 }  # fmt: skip
 
 
