@@ -2,17 +2,13 @@
 
 Counters and histograms live here, one set per process. `fairmatch serve`
 points `PROMETHEUS_MULTIPROC_DIR` at a directory it wipes at start, before
-any worker imports prometheus-client, so that every worker writes its values
-there and whichever worker answers a scrape reports the sum over all of them.
+any worker imports prometheus-client (`app.metrics_dir`), so that every worker
+writes its values there and whichever worker answers a scrape reports the sum
+over all of them.
 Gauges read from the database are not here: see `app.services.gauges`.
 """
 
 from __future__ import annotations
-
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 from prometheus_client import (
     REGISTRY,
@@ -23,7 +19,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from app.metrics_dir import multiprocess_directory
 
 # sub-millisecond to a second: the /match target is a few milliseconds
 LATENCY_BUCKETS = (
@@ -66,30 +62,6 @@ HTTP_DURATION = Histogram(
     ["method", "route"],
     buckets=LATENCY_BUCKETS,
 )
-
-
-def multiprocess_directory() -> Path | None:
-    value = os.environ.get(MULTIPROCESS_ENV)
-    return Path(value) if value else None
-
-
-def prepare_multiprocess_directory(configured: Path | None) -> Path:
-    """Empty (or create) the directory the workers will share and export it.
-
-    Must run before prometheus-client is imported by the serving processes:
-    the library picks its value store at import time. Stale files from an
-    earlier run would add the old counts to the new ones, hence the wipe.
-    """
-    directory = configured or Path(tempfile.mkdtemp(prefix="fairmatch-metrics-"))
-    if directory.exists():
-        for entry in directory.iterdir():
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    directory.mkdir(parents=True, exist_ok=True)
-    os.environ[MULTIPROCESS_ENV] = str(directory)
-    return directory
 
 
 def process_metrics() -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -46,24 +47,35 @@ def serve(
     else:
         require_head(settings.database_url, prepared_statements=prepared)
     from app.logs import uvicorn_log_config
-    from app.metrics import prepare_multiprocess_directory
+    from app.metrics_dir import prepare_multiprocess_directory, remove_made_directory
 
-    # before any worker imports prometheus-client (it picks its value store on import)
-    prepare_multiprocess_directory(settings.server.metrics_dir)
+    # before this process or a worker imports prometheus-client (it picks its value store on import)
+    metrics_dir = prepare_multiprocess_directory(settings.server.metrics_dir)
     note(f"fairmatch listening on http://{format_host(host)}:{port} ({workers} worker{'s' * (workers > 1)})")
     # the client commands default to the configured port on loopback: say where this one is
     note(f"client commands: export FAIRMATCH_URL={client_url(host, port)}")
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=uvicorn_log_config(settings.server.log_format, settings.server.log_level),
-        access_log=False,  # the service writes its own access lines (route, duration, request id)
-        # on SIGTERM: stop accepting, let in-flight requests finish, then exit
-        timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,
-    )
+    # uvicorn re-raises the signal that stopped it once it has shut down; a handler of
+    # ours (which it restores first) turns it into a clean exit, so the cleanup runs
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, _exit_cleanly)
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=uvicorn_log_config(settings.server.log_format, settings.server.log_level),
+            access_log=False,  # the service writes its own access lines (route, duration, request id)
+            # on SIGTERM: stop accepting, let in-flight requests finish, then exit
+            timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,
+        )
+    finally:
+        remove_made_directory(metrics_dir, settings.server.metrics_dir)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def refuse_open_bind_without_auth(settings: Settings, host: str) -> None:

@@ -8,12 +8,14 @@ output and the batch splitting are checked in-process, where `stdout_is_tty` and
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -357,3 +359,49 @@ def test_serve_refuses_an_unmigrated_postgresql_without_a_traceback(fairmatch):
 )
 def test_serve_refuses_invalid_settings(fairmatch, env, message):
     assert_failed(fairmatch("serve", **env), 2, message)
+
+
+def _serve(env: dict, tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    log = (tmp_path / f"serve-{port}.log").open("wb")
+    process = subprocess.Popen([str(FAIRMATCH), "serve", "--port", str(port), *args], env=env, cwd=tmp_path,
+                               stdout=log, stderr=log)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    assert wait_until_ready(url, process, seconds=30), (tmp_path / f"serve-{port}.log").read_text()
+    return process, url
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_counts_matches_in_its_metrics_with_one_worker_or_more(cli_env, tmp_path, workers):
+    """One worker (the default) serves in the process that prepared the metrics directory."""
+    env = {**cli_env, "FAIRMATCH_DATABASE_URL": f"sqlite:///{tmp_path}/served.db", "TMPDIR": str(tmp_path)}
+    process, url = _serve(env, tmp_path, "--workers", workers)
+    try:
+        for _ in range(3):
+            assert httpx.post(f"{url}/api/v1/match", json={"Site": "S1", "CPUTime": 100}).status_code == 204
+        text = httpx.get(f"{url}/metrics").text
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert 'fairmatch_match_requests_total{result="no_match"} 3.0' in text, text[:2000]
+    assert "fairmatch_match_duration_seconds_count 3.0" in text
+
+
+@pytest.mark.parametrize("configured", [False, True], ids=["made-by-serve", "configured"])
+def test_a_clean_stop_removes_the_metrics_directory_serve_made_and_keeps_a_configured_one(
+    cli_env, tmp_path, configured
+):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**cli_env, "FAIRMATCH_DATABASE_URL": f"sqlite:///{tmp_path}/served.db", "TMPDIR": str(scratch)}
+    kept = tmp_path / "metrics"
+    if configured:
+        env["FAIRMATCH_SERVER__METRICS_DIR"] = str(kept)
+    process, url = _serve(env, tmp_path)
+    assert httpx.post(f"{url}/api/v1/match", json={"Site": "S1", "CPUTime": 100}).status_code == 204
+    made = list(scratch.glob("fairmatch-metrics-*"))
+    assert len(made) == (0 if configured else 1)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0  # a clean stop
+    assert list(scratch.glob("fairmatch-metrics-*")) == []
+    assert kept.is_dir() == configured

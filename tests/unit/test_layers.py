@@ -1,6 +1,6 @@
 """The layers of `app/` and the rules between them, read from the imports.
 
-    base      settings, errors, clock, fields, logs, metrics
+    base      settings, errors, clock, fields, logs, metrics, metrics_dir
     domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure)
     db        the schema and one data-access class per area (the only SQL)
     services  the use cases: transactions, several areas together, background loops
@@ -24,7 +24,7 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "app"
 
 LAYERS = {
-    "base": {"settings", "errors", "clock", "fields", "logs", "metrics"},
+    "base": {"settings", "errors", "clock", "fields", "logs", "metrics", "metrics_dir"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
     "db": {"db"},
     "services": {"services"},
