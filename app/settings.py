@@ -226,6 +226,10 @@ class JobSettings(Section):
     reschedule_stalled: bool = Field(
         False, description="Reschedule a job stalled too long instead of failing it."
     )
+    max_reschedules: int = Field(
+        3, ge=0, description="Returns to Waiting the owner did not ask for before the job fails instead "
+        "(DIRAC's MaxRescheduling).",
+    )
     max_batch: int = Field(
         10000, ge=1, le=10000, description="Most jobs in one POST /jobs (10 000 at most)."
     )

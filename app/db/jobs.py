@@ -95,11 +95,12 @@ class JobDB(AreaDB):
         return (await self.conn.execute(stmt)).all()
 
     async def lock_state(self, job_id: int) -> Any | None:
-        """The job's status, owner, group, matcher, lease and last report, its row locked; None if missing."""
+        """The job's status, owner, group, matcher, lease, last report and reschedules, its row locked;
+        None if missing."""
         return (
             await self.conn.execute(
                 select(jobs.c.status, jobs.c.owner, jobs.c.owner_group, jobs.c.matched_by, jobs.c.lease_expires_at,
-                       jobs.c.heartbeat_at)  # fmt: skip
+                       jobs.c.heartbeat_at, jobs.c.reschedules)  # fmt: skip
                 .where(jobs.c.id == job_id)
                 .with_for_update()
             )
@@ -280,6 +281,7 @@ def job_dict(row: Any) -> dict[str, Any]:
         "started_at": as_utc(row.started_at),
         "heartbeat_at": as_utc(row.heartbeat_at),
         "finished_at": as_utc(row.finished_at),
+        "reschedules": row.reschedules,
         "cpu_seconds": row.cpu_seconds,
         "wall_seconds": row.wall_seconds,
     }

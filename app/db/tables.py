@@ -120,6 +120,8 @@ jobs = Table(
     Column("site", String(NAME)),
     Column("cpu_seconds", Float),
     Column("wall_seconds", Float),
+    # returns to Waiting the owner did not ask for (a lease that ran out, a stalled job)
+    Column("reschedules", Integer, nullable=False, server_default="0"),
     Index("ix_jobs_status_id", "status", "id"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_owner_group_id", "owner_group", "id"),

@@ -27,6 +27,7 @@ from app.settings import Settings
 from app.taskqueues.requirements import Requirements, real_priority
 
 UNRESTRICTED = JobScope()
+MAX_RESCHEDULES = "Maximum of reschedulings reached"  # DIRAC's minor status
 
 
 def missing(job_id: int) -> NotFound:
@@ -118,17 +119,26 @@ async def reschedule(
     minor_status: str | None = None,
     scope: JobScope = UNRESTRICTED,
     only_if: Callable[[Any], bool] | None = None,
+    counted: bool = False,
 ) -> dict[str, Any] | None:
     """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ.
 
     With `only_if`, the job moves only if it holds for the row under its lock
     (a watchdog's re-check: a report may have just come); otherwise None is returned.
+    A `counted` return (one its owner did not ask for) adds to the job's reschedules;
+    past `jobs.max_reschedules` the job fails instead.
     """
     async with conn.begin():
         job_db = JobDB.of(conn)
         locked = await lock_for_transition(job_db, job_id, JobStatus.Waiting, scope)
         if only_if is not None and not only_if(locked):
             return None
+        if counted and locked.reschedules >= settings.jobs.max_reschedules:
+            row = await job_db.update(job_id, status=JobStatus.Failed.value, minor_status=MAX_RESCHEDULES,
+                                      finished_at=now, lease_expires_at=None)  # fmt: skip
+            await job_db.record_events([job_id], JobStatus.Failed, now, source, MAX_RESCHEDULES)
+            await accounting.charge(conn, row, now, settings)
+            return job_dict(row)
         job = await job_db.requeue_facts(job_id)
         await job_db.forget_match_request(job_id)
         reqs = Requirements.from_json(job.requirements)
@@ -148,6 +158,7 @@ async def reschedule(
             lease_expires_at=None,
             started_at=None,
             heartbeat_at=None,
+            reschedules=locked.reschedules + counted,
         )
         await job_db.record_events([job_id], JobStatus.Waiting, now, source, minor_status)
     await record_arrivals(conn, {tq_id: Counter({level: 1})}, new_jobs=False)

@@ -28,7 +28,7 @@ async def expire_leases(conn: AsyncConnection, now: datetime, settings: Settings
         try:
             moved = await reschedule(
                 conn, job_id, now, settings, source="lease", minor_status="matched lease expired",
-                only_if=lambda row: lease_lapsed(row, now),
+                only_if=lambda row: lease_lapsed(row, now), counted=True,
             )  # fmt: skip
         except (Conflict, NotFound):
             continue  # confirmed or killed in the meantime
@@ -65,7 +65,7 @@ async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Setting
         try:
             if settings.jobs.reschedule_stalled:
                 done = await reschedule(conn, job_id, now, settings, source="stall", minor_status=STALLED_TOO_LONG,
-                                        only_if=lambda row: stalled_out(row, now, settings))  # fmt: skip
+                                        only_if=lambda row: stalled_out(row, now, settings), counted=True)  # fmt: skip
             else:
                 done = await _fail_stalled(conn, job_id, now, settings)
         except (Conflict, NotFound):

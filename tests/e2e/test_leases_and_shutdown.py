@@ -40,6 +40,8 @@ def test_a_match_never_confirmed_returns_to_waiting_after_its_lease(server_facto
         assert api.get(f"/jobs/{confirmed}").json()["status"] == "Running"
         again = api.post("/match", json={"Site": "S", "CPUTime": 10**6})
         assert again.json()["job_id"] == forgotten
+        assert job["reschedules"] == 1 and again.json()["reschedules"] == 1
+        assert api.get(f"/jobs/{confirmed}").json()["reschedules"] == 0
     with clean.engine().connect() as conn:
         sources = conn.exec_driver_sql(
             f"SELECT status, source FROM job_events WHERE job_id = {int(forgotten)} ORDER BY id"
@@ -118,3 +120,30 @@ def test_a_late_replay_of_a_voided_match_does_not_return_the_job(client):
     assert client.post("/match", json={**resource, "request_id": "r2"}).json()["job_id"] == job
     late = client.post("/match", json={**resource, "request_id": "r1"})
     assert late.status_code == 204, late.text
+
+
+def test_after_max_reschedules_a_job_fails_instead_of_returning(server_factory, clean):
+    """DIRAC's MaxRescheduling: the returns its owner did not ask for are counted; the
+    one past jobs.max_reschedules fails the job. The owner's own reschedule does not count."""
+    server = server_factory(JOBS__MATCHED_LEASE_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.2",
+                            JOBS__MAX_RESCHEDULES="2")  # fmt: skip
+    pilot = {"Site": "S", "CPUTime": 10**6}
+    with server.client() as api:
+        (job_id,) = [j["job_id"] for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]}).json()["jobs"]]
+        assert api.post("/match", json=pilot).json()["job_id"] == job_id
+        assert api.post(f"/jobs/{job_id}/status", json={"status": "Waiting"}).json()["reschedules"] == 0
+        for expected in (1, 2):
+            assert api.post("/match", json=pilot).json()["job_id"] == job_id
+            assert wait_for(lambda: api.get(f"/jobs/{job_id}").json()["status"] == "Waiting", seconds=10)
+            assert api.get(f"/jobs/{job_id}").json()["reschedules"] == expected
+        assert api.post("/match", json=pilot).json()["job_id"] == job_id
+        assert wait_for(lambda: api.get(f"/jobs/{job_id}").json()["status"] == "Failed", seconds=10)
+        job = api.get(f"/jobs/{job_id}").json()
+        assert job["minor_status"] == "Maximum of reschedulings reached" and job["reschedules"] == 2
+        assert job["finished_at"] is not None
+        assert api.post("/match", json=pilot).status_code == 204  # out of the queues for good
+    with clean.engine().connect() as conn:
+        last = conn.exec_driver_sql(
+            f"SELECT status, source FROM job_events WHERE job_id = {int(job_id)} ORDER BY id DESC LIMIT 1"
+        ).one()
+    assert tuple(last) == ("Failed", "lease")
