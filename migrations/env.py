@@ -50,6 +50,13 @@ def run_migrations_offline() -> None:
 
 
 def _run_sync(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        # a batch migration drops and re-creates a table: with foreign keys on, the drop
+        # would cascade into the rows that refer to it. The pragma works only outside a
+        # transaction, so it goes to the driver before SQLAlchemy's BEGIN.
+        cursor = connection.connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=OFF")
+        cursor.close()
     _configure(connection)
     with context.begin_transaction():
         context.run_migrations()

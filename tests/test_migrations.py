@@ -49,3 +49,41 @@ def test_drift_is_detected(fresh_database):
         conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN stray INTEGER"))
     assert any(op[0] == "remove_column" for op in schema_drift(engine))
     engine.dispose()
+
+
+def test_sqlite_tables_rebuilt_for_autoincrement_keep_every_row_and_never_reuse_an_id(tmp_path):
+    """0010 rebuilds the id tables on SQLite: the rows that refer to them survive the rebuild
+    (no cascade), and the counters start above every id in use or referred to."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    migrate.upgrade(url, "0009")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO task_queues (id, requirements_hash, owner, owner_group, vo, cpu_time, priority_class, "
+            "job_class, priority, levels, changed_at, created_at) VALUES "
+            "(7, 'h7', 'alice', 'g', 'vo', 3600, 0, NULL, 1, '[[1.0, 1]]', '2026-01-01', '2026-01-01')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO jobs (id, status, owner, owner_group, vo, cpu_time, requirements, user_priority, "
+            "priority_class, task_queue_id, submitted_at) VALUES "
+            "(40, 'Waiting', 'alice', 'g', 'vo', 3600, '{}', 1, 0, 9, '2026-01-01')"  # queue 9 was deleted
+        )
+        conn.exec_driver_sql("INSERT INTO tq_jobs (job_id, tq_id, user_priority, real_priority) VALUES (40, 7, 1, 1.0)")
+        conn.exec_driver_sql("INSERT INTO job_events (job_id, status, at, source) VALUES (40, 'Waiting', '2026-01-01', 'submit')")
+    migrate.upgrade(url, "head")
+    with engine.begin() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM tq_jobs").scalar() == 1
+        assert conn.exec_driver_sql("SELECT count(*) FROM job_events").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+        sequences = dict(conn.exec_driver_sql("SELECT name, seq FROM sqlite_sequence").all())
+        assert sequences["task_queues"] == 9 and sequences["jobs"] == 40  # above the deleted queue 9 too
+        conn.exec_driver_sql("DELETE FROM tq_jobs")
+        conn.exec_driver_sql("DELETE FROM task_queues WHERE id = 7")
+        conn.exec_driver_sql(
+            "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class, "
+            "priority, levels, changed_at, created_at) VALUES ('h8', 'bob', 'h', 'vo', 3600, 0, 1, '[]', "
+            "'2026-01-02', '2026-01-02')"
+        )
+        assert conn.exec_driver_sql("SELECT max(id) FROM task_queues").scalar() == 10
+    engine.dispose()
+    migrate.downgrade(url, "0009")  # and back

@@ -70,6 +70,7 @@ task_queues = Table(
     # When priority, levels or membership last changed (the database's clock on
     # PostgreSQL): each matcher process polls it to keep its copy of this table.
     Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 def _tq_values_table(field: str) -> Table:
@@ -129,6 +130,7 @@ jobs = Table(
     Index("ix_jobs_status_lease", "status", "lease_expires_at"),
     # site limits count the jobs holding a slot at one site
     Index("ix_jobs_site_status", "site", "status"),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 # The waiting jobs. The index serves both the user-priority level draw
@@ -163,6 +165,7 @@ job_events = Table(
     Index("ix_job_events_job_id", "job_id", "id"),
     # recent matches (the status screen's match rate)
     Index("ix_job_events_status_at", "status", "at"),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 # Idempotent matching: a pilot that retries with the same request_id gets the
@@ -198,6 +201,7 @@ history_samples = Table(
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("sampled_at", DateTime(timezone=True), nullable=False, index=True),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 running_samples = Table(
@@ -221,6 +225,7 @@ priority_runs = Table(
     Column("policy", String(32), nullable=False),
     Column("task_queues", Integer, nullable=False),
     Column("report", JSON, nullable=False),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 # Grid Engine job classes: a job naming one gets its default priority class and
@@ -274,6 +279,7 @@ usage_charges = Table(
     Column("owner", String(NAME), nullable=False),
     Column("account", String(NAME), nullable=False),
     Column("charge", Float, nullable=False),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
 # Site limits (DIRAC Limiter): one row per site × attribute × value.

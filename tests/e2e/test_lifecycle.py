@@ -547,3 +547,25 @@ def test_more_than_10000_jobs_in_one_request_is_422_and_stores_nothing(client, d
     body = assert_problem(r, 422)
     assert any(e["loc"][:2] == ["body", "jobs"] for e in body["errors"])
     assert_nothing_stored(database)
+
+
+# --- ids are never reused ---------------------------------------------------------------
+
+
+def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matched_from(client):
+    """A queue that empties is deleted; the next new queue must get a new id (SQLite gave
+    the same one), so that replaying a match names the queue the job came from."""
+    pilot = {"Site": "S1", "CPUTime": 10**6, "request_id": "pilot-1-try-1"}
+    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "g", "sites": ["S1"]}]})
+    first_tq = r.json()["jobs"][0]["task_queue_id"]
+    matched = client.post("/match", json=pilot).json()
+    assert matched["task_queue_id"] == first_tq
+    assert client.get("/taskqueues").json()["task_queues"] == []  # emptied, so deleted
+    r = client.post("/jobs", json={"jobs": [{"owner": "bob", "owner_group": "h", "sites": ["S1"]}]})
+    second_tq = r.json()["jobs"][0]["task_queue_id"]
+    assert second_tq != first_tq
+    replay = client.post("/match", json=pilot).json()
+    assert (replay["job_id"], replay["task_queue_id"]) == (matched["job_id"], first_tq)
+    # and a new job never takes an old job's id either
+    newest = client.post("/jobs", json={"jobs": [{"owner": "carol", "owner_group": "g"}]}).json()["jobs"][0]
+    assert newest["job_id"] > r.json()["jobs"][0]["job_id"] > matched["job_id"]
