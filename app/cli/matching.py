@@ -84,8 +84,8 @@ def match(
 
 def analysis_table(found: dict) -> Table:
     """How many task queues with waiting jobs each condition rejects (a queue may fail several)."""
-    caption = f"{found['eligible']} of {found['task_queues_considered']} task queues with waiting jobs are eligible"
-    table = new_table("Why: task queues each condition rejects", "condition", "rejected", caption=caption)
+    caption = f"{found['eligible']} of {found['task_queues_considered']} queues with jobs eligible"
+    table = new_table("Why: queues rejected", "condition", "rejected", caption=caption)
     for condition, count in found["rejected_by"].items():
         table.add_row(condition, str(count))
     return table

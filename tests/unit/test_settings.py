@@ -124,3 +124,22 @@ def test_multifactor_draws_over_every_cpu_bucket_unless_told(no_config):
 def test_a_setting_the_policy_would_ignore_is_refused_by_name(no_config, changes, named):
     with pytest.raises(ValidationError, match=re.escape(named)):
         Settings(**changes)
+
+
+def test_the_worked_example_of_the_readme_loads(no_config, monkeypatch):
+    """examples/fair-share: its configuration, corrections file and jobs are valid as shipped."""
+    import json
+    from pathlib import Path
+
+    from app.jobs.models import JobSpec
+    from app.services.priorities import configured_corrections
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "fair-share"
+    monkeypatch.chdir(example.parents[1])  # the file names the corrections from the repository root
+    monkeypatch.setenv("FAIRMATCH_CONFIG", str(example / "fairmatch.toml"))
+    settings = Settings()
+    assert sorted(settings.groups) == ["lhcb_mc", "lhcb_prod", "lhcb_user"]
+    (instance,) = configured_corrections(settings.priority).instances.values()
+    assert instance.group is None and instance.slices["LastTwoMinutes"].time_span == 120
+    jobs = [JobSpec(**job) for job in json.loads((example / "jobs.json").read_text())["jobs"]]
+    assert len(jobs) == 180 and {job.cpu_time for job in jobs} == {43200}
