@@ -210,7 +210,7 @@ def _copy_jobs(
     job_tail, queue_tail = {}, {}
     for i, tq_id in tq_ids.items():
         spec, req = workload.specs[i], workload.requirements[i]
-        head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, spec["cpu_time"],
+        head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, req.owner_group, spec["cpu_time"],
                 json.dumps(requirements_json(req)))  # fmt: skip
         for p in priorities:
             fields = (*head, p, PRIORITY_CLASS, tq_id, stamp)
@@ -218,7 +218,7 @@ def _copy_jobs(
             queue_tail[i, p] = f"\t{tq_id}\t{p}\t{real_priority(p)!r}\n".encode()
     report = {}
     for table, columns, tails in (
-        ("jobs", ("id", "status", "owner", "owner_group", "vo", "cpu_time", "requirements",
+        ("jobs", ("id", "status", "owner", "owner_group", "vo", "account", "cpu_time", "requirements",
                   "user_priority", "priority_class", "task_queue_id", "submitted_at"), job_tail),
         ("tq_jobs", ("job_id", "tq_id", "user_priority", "real_priority"), queue_tail),
     ):  # fmt: skip

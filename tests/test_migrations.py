@@ -87,3 +87,17 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_every_row_and_never_reuse_
         assert conn.exec_driver_sql("SELECT max(id) FROM task_queues").scalar() == 10
     engine.dispose()
     migrate.downgrade(url, "0009")  # and back
+
+
+ID_TABLES = ("task_queues", "jobs", "job_events", "history_samples", "priority_runs", "usage_charges")
+
+
+def test_every_id_table_keeps_autoincrement_at_head_on_sqlite(tmp_path):
+    """A later migration that rebuilds one of them must carry AUTOINCREMENT over (reflection drops it)."""
+    url = f"sqlite:///{tmp_path}/head.db"
+    migrate.upgrade(url, "head")
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        created = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all())
+    engine.dispose()
+    assert [t for t in ID_TABLES if "AUTOINCREMENT" not in created[t]] == []

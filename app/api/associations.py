@@ -24,9 +24,10 @@ from app.accounting.associations import (
     export_sacctmgr,
     parse_sacctmgr,
 )
-from app.api.deps import Admin, Connection, Operators
+from app.api.deps import Admin, Connection, CurrentSettings, Operators
+from app.api.schemas import AssociationUsageList
 from app.errors import InvalidInput
-from app.services import accounting
+from app.services import accounting, priorities
 
 router = APIRouter(prefix="/associations", tags=["associations"])
 
@@ -112,6 +113,16 @@ async def get_associations(request: Request, caller: Operators, conn: Connection
     if _wants_json(request.headers.get("accept", "")):
         return JSONResponse(await run_in_threadpool(_as_json, rows))
     return PlainTextResponse(export_sacctmgr(rows))
+
+
+@router.get(
+    "/usage",
+    response_model=AssociationUsageList,
+    summary="Shares, usage and fair-share factor of every association, whatever the policy (admin, operator)",
+)
+async def association_usage(caller: Operators, conn: Connection, settings: CurrentSettings) -> dict:
+    """Slurm's `sshare -a`: the imported tree, or without one the groups and the owners with waiting jobs."""
+    return {"associations": await priorities.association_usage(conn, settings)}
 
 
 # --- reading the body ------------------------------------------------------------------

@@ -30,6 +30,7 @@ class Job(BaseModel):
     owner: str
     owner_group: str
     vo: str
+    account: str = Field(description="The Slurm account usage is charged to.")
     cpu_time: int = Field(description="CPU seconds requested.")
     cpu_bucket: int | None = Field(description="The CPU-time segment the job was queued under.")
     sites: list[str]
@@ -194,3 +195,20 @@ class Priorities(BaseModel):
     lottery: str
     task_queues: list[QueuePriority]
     jobs: list[JobPriority]
+
+
+class AssociationUsage(BaseModel):
+    """One row of `sshare -a`."""
+
+    account: str
+    user: str | None = Field(description="None for an account's own row.")
+    parent: str | None = Field(description="A user's account, or the account above (None at the root).")
+    shares: float | Literal["parent"]
+    norm_shares: float
+    raw_usage: float
+    effective_usage: float | None
+    fairshare: float | None
+
+
+class AssociationUsageList(BaseModel):
+    associations: list[AssociationUsage]

@@ -60,9 +60,31 @@ def sprio_table(document: dict) -> Table:
 
 
 @app.command()
-def sshare(url: UrlOption = None, token: TokenOption = None) -> None:
-    """Shares, usage and fair-share factors of the last priority run (like Slurm's sshare)."""
+def sshare(
+    associations: Annotated[
+        bool, typer.Option("--associations", "-a", help="Every association's shares and usage (sshare -a).")
+    ] = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Shares, usage and fair-share factors of the last priority run (like Slurm's sshare).
+
+    With --associations: the association tree's shares, usage and factors, whatever the policy.
+    """
+    if associations:
+        show(call_api(connect(url, token), "GET", "/associations/usage"), association_usage_table)
+        return
     show(call_api(connect(url, token), "GET", "/shares"), sshare_table)
+
+
+def association_usage_table(document: dict) -> Table:
+    table = new_table("Associations", "Account", "User", "Parent", "RawShares", "NormShares", "RawUsage",
+                      "EffectvUsage", "FairShare")  # fmt: skip
+    for row in document["associations"]:
+        table.add_row(row["account"], row["user"] or "", row["parent"] or "", str(row["shares"]),
+                      *(f"{row[k]:.6f}" if row[k] is not None else "-" for k in
+                        ("norm_shares", "raw_usage", "effective_usage", "fairshare")))  # fmt: skip
+    return table
 
 
 def sshare_table(document: dict) -> Table:

@@ -229,7 +229,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
                         encoded[key] = json.dumps(row["requirements"])
                     payload = None if row["payload"] is None else json.dumps(row["payload"], ensure_ascii=False)
                     await copy.write_row((
-                        job_id, JobStatus.Waiting.value, row["owner"], row["owner_group"], row["vo"],
+                        job_id, JobStatus.Waiting.value, row["owner"], row["owner_group"], row["vo"], row["account"],
                         row["cpu_time"], encoded[key], row["user_priority"], row["priority_class"],
                         row["job_class"], payload, row["task_queue_id"], now,
                     ))  # fmt: skip
@@ -248,7 +248,7 @@ class SQLiteJobDB(SQLiteStatements, JobDB, dialect="sqlite"):
 
 _NEW_IDS = "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s)"
 _COPY_JOBS = (
-    "COPY jobs (id, status, owner, owner_group, vo, cpu_time, requirements, user_priority, "
+    "COPY jobs (id, status, owner, owner_group, vo, account, cpu_time, requirements, user_priority, "
     "priority_class, job_class, payload, task_queue_id, submitted_at) FROM STDIN"
 )
 _COPY_WAITING = "COPY tq_jobs (job_id, tq_id, user_priority, real_priority) FROM STDIN"
@@ -266,6 +266,7 @@ def job_dict(row: Any) -> dict[str, Any]:
         "owner": row.owner,
         "owner_group": row.owner_group,
         "vo": row.vo,
+        "account": row.account,
         "cpu_time": row.cpu_time,
         "cpu_bucket": requirements.get("cpu_time"),
         **{field: list(requirements.get(field, [])) for field in MULTI_VALUE_FIELDS},

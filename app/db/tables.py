@@ -100,6 +100,8 @@ jobs = Table(
     Column("owner", String(NAME), nullable=False),
     Column("owner_group", String(NAME), nullable=False),
     Column("vo", String(NAME), nullable=False),
+    # the Slurm account usage is charged to (default: the owner group)
+    Column("account", String(NAME), nullable=False),
     Column("cpu_time", BigInteger, nullable=False),
     # The normalised requirements, enough to find the job's TQ again on reschedule.
     Column("requirements", JSON, nullable=False),

@@ -36,6 +36,10 @@ class JobSpec(BaseModel):
         None, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX, description="None: the job class's default, or 0."
     )
     job_class: Name | None = None
+    account: Name | None = Field(
+        None, description="The Slurm account usage is charged to; default the owner group. With an imported "
+        "association tree, (account, owner) must be one of its associations.",
+    )
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
 
 

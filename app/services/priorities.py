@@ -192,13 +192,40 @@ async def _association_tree(conn: AsyncConnection, facts: list[TqFacts]) -> dict
     return fairshare.implicit_tree({g: shares.get(g, dirac.DEFAULT_SHARE) for g, _ in members}, members)
 
 
+async def _shares(conn: AsyncConnection, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:
+    """Every association's sshare row: the tree, its decayed usage, the configured algorithm."""
+    tree = await _association_tree(conn, facts)
+    usage = await accounting.read_usage(conn, now, settings)
+    return fairshare.compute(tree, usage, settings.priority.multifactor.fairshare)
+
+
+async def association_usage(conn: AsyncConnection, settings: Settings) -> list[dict[str, Any]]:
+    """Slurm's `sshare -a`, whatever the policy: shares, usage and fair-share factor of each
+    association (the imported tree, or groups and the owners with waiting jobs)."""
+    async with read_transaction(conn):
+        rows = await PriorityDB.of(conn).waiting_loads()
+        shares = await _shares(conn, settings, _facts(rows), utcnow())
+    return [
+        {"account": row.account, "user": row.user or None, "parent": _parent_account(row),
+         "shares": "parent" if row.raw_shares is None else row.raw_shares, "norm_shares": row.norm_shares,
+         "raw_usage": row.raw_usage, "effective_usage": row.effective_usage, "fairshare": row.factor}
+        for row in shares.values()
+    ]  # fmt: skip
+
+
+def _parent_account(row: fairshare.ShareRow) -> str | None:
+    """A user's parent is its account; an account's, the account above it (None at the root)."""
+    if row.user:
+        return row.account
+    return None if row.parent is None else row.parent[0]
+
+
 async def _decide_multifactor(
     conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
     options = settings.priority.multifactor
     facts = _facts(rows)
-    tree = await _association_tree(conn, facts)
-    shares = fairshare.compute(tree, await accounting.read_usage(conn, now, settings), options.fairshare)
+    shares = await _shares(conn, settings, facts, now)
     levels = await PriorityDB.of(conn).group_levels()
     class_priority = {job_class.name: job_class.priority for job_class in await JobClassDB.of(conn).all()}
     decided = multifactor.decide(

@@ -9,8 +9,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.clock import utcnow
+from app.db.accounting import AccountingDB
+from app.db.engine import read_transaction
 from app.db.jobs import JobDB
 from app.db.taskqueues import TaskQueueDB
+from app.errors import InvalidInput
 from app.jobs.lifecycle import JobStatus
 from app.jobs.models import JobSpec
 from app.jobs.submission import check_payloads, requested_cpu_time, requirements_key, requirements_of
@@ -22,6 +25,7 @@ from app.taskqueues.requirements import Requirements, real_priority
 async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Settings) -> list[dict[str, Any]]:
     """Queue all jobs or none. Returns job_id, task_queue_id and status per job, in order."""
     check_payloads(specs, settings.jobs.max_payload_bytes)
+    await _check_associations(conn, specs)
     now = utcnow()
     # jobs of one submission share a few requirement sets: build, hash and encode each once
     built: dict[tuple, Requirements] = {}
@@ -41,6 +45,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
                 "owner": r.owner,
                 "owner_group": r.owner_group,
                 "vo": r.vo,
+                "account": spec.account or r.owner_group,
                 "cpu_time": requested_cpu_time(spec, settings),
                 "requirements": as_json[r],
                 "user_priority": spec.user_priority,
@@ -63,3 +68,23 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
         for job_id, row in zip(job_ids, rows)
     ]
+
+
+async def _check_associations(conn: AsyncConnection, specs: Sequence[JobSpec]) -> None:
+    """With an imported association tree, each job's (account, owner) must be one of its
+    users' associations, as Slurm refuses a job of an unknown association."""
+    async with read_transaction(conn):
+        tree = await AccountingDB.of(conn).associations()
+    if not tree:
+        return  # no tree: any account is charged as given
+    known = {(row.account, row.user) for row in tree if row.user}
+    errors = []
+    for i, spec in enumerate(specs):
+        account = spec.account or spec.owner_group
+        if (account, spec.owner) not in known:
+            errors.append({"loc": ["body", "jobs", i, "account"], "type": "value_error",
+                           "msg": f"no association of account {account!r} and user {spec.owner!r} "
+                                  "in the imported tree"})  # fmt: skip
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise InvalidInput(errors[0]["msg"] + more, errors=errors)

@@ -3,9 +3,13 @@ association and every ancestor account, in the transaction that finishes it."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import sqlalchemy as sa
+
+from tests.e2e.problems import assert_problem
 
 TREE = "root|1|||\nphysics|40|root||\ntheory|1|physics||\ntheory|1||alice|\n"
 PILOT = {"Site": "S1", "CPUTime": 10**7}
@@ -67,10 +71,38 @@ def test_failed_jobs_are_charged_too_and_the_charges_add_up(client, clean):
         assert used[node] == pytest.approx(150.0, rel=1e-6)  # seconds apart: decay is negligible
 
 
-def test_a_job_outside_the_tree_charges_its_group_and_owner_only(client, clean):
+def test_a_job_outside_the_tree_is_refused_naming_account_and_user(client, clean):
+    """As Slurm: with an imported tree, a job must belong to one of its associations."""
     import_tree(client)
-    run_job(client, "bob", "chemistry", cpu_seconds=30.0)
-    assert totals(clean) == {("chemistry", "bob"): 30.0, ("chemistry", ""): 30.0}
+    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "theory"},
+                                            {"owner": "bob", "owner_group": "chemistry"}]})  # fmt: skip
+    body = assert_problem(r, 422)
+    assert "account 'chemistry' and user 'bob'" in body["detail"]
+    assert [e["loc"] for e in body["errors"]] == [["body", "jobs", 1, "account"]]
+    assert client.get("/jobs").json()["jobs"] == []  # all or nothing
+    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "g", "account": "nowhere"}]})
+    assert "account 'nowhere' and user 'alice'" in assert_problem(r, 422)["detail"]
+    assert totals(clean) == {}
+
+
+def test_a_job_names_its_account_and_is_charged_there_and_above(client, clean):
+    """The account need not be the group: usage follows the association the job names."""
+    import_tree(client)
+    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "lhcb_user", "account": "theory"}]})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["jobs"][0]["job_id"]
+    assert client.get(f"/jobs/{job_id}").json()["account"] == "theory"
+    assert client.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"] == job_id
+    client.post(f"/jobs/{job_id}/status", json={"status": "Running"})
+    assert client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 20.0}).status_code == 200
+    used = totals(clean)
+    assert {node: used[node] for node in used if used[node]} == {
+        ("theory", "alice"): pytest.approx(20.0), ("theory", ""): pytest.approx(20.0),
+        ("physics", ""): pytest.approx(20.0), ("root", ""): pytest.approx(20.0),
+    }  # fmt: skip
+    rows = {(row["account"], row["user"]): row for row in client.get("/associations/usage").json()["associations"]}
+    assert rows[("theory", "alice")]["raw_usage"] == pytest.approx(20.0, rel=1e-3)
+    assert rows[("theory", "alice")]["parent"] == "theory" and rows[("theory", None)]["parent"] == "physics"
 
 
 def test_no_cpu_seconds_and_killed_jobs_charge_nothing(client, clean):
@@ -89,3 +121,20 @@ def test_a_refused_transition_charges_nothing(client, clean):
     assert r.status_code == 409
     assert totals(clean)[("theory", "alice")] == 10.0
     assert len(charges(clean)) == 1
+
+
+def test_sshare_associations_prints_every_association(client, clean, server, monkeypatch):
+    from typer.testing import CliRunner
+
+    from app.cli import cli, render
+
+    import_tree(client)
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
+    result = CliRunner().invoke(cli, ["sshare", "--associations", "--url", server.url], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    rows = [(row["account"], row["user"], row["parent"]) for row in json.loads(result.stdout)["associations"]]
+    assert rows == [("root", None, None), ("physics", None, "root"), ("theory", None, "physics"),
+                    ("theory", "alice", "theory")]  # fmt: skip
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
+    shown = CliRunner().invoke(cli, ["sshare", "-a", "--url", server.url], catch_exceptions=False).stdout
+    assert "Associations" in shown and "alice" in shown and "FairShare" in shown

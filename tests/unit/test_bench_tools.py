@@ -333,9 +333,9 @@ def _seed(db, jobs: int) -> None:
         conn.execute(sa.text("INSERT INTO tq_sites VALUES (:tq, 'LCG.A.xx')"), {"tq": tq})
         conn.execute(sa.text("INSERT INTO tq_platforms VALUES (:tq, 'x86_64-el9')"), {"tq": tq})
         conn.execute(sa.text(
-            "INSERT INTO jobs (status, owner, owner_group, vo, cpu_time, requirements, user_priority,"
+            "INSERT INTO jobs (status, owner, owner_group, vo, account, cpu_time, requirements, user_priority,"
             " priority_class, task_queue_id, submitted_at)"
-            " SELECT 'Waiting', 'u', 'g', 'vo', 3600, '{}', 1, 0, :tq, now() FROM generate_series(1, :n)"
+            " SELECT 'Waiting', 'u', 'g', 'vo', 'g', 3600, '{}', 1, 0, :tq, now() FROM generate_series(1, :n)"
         ), {"tq": tq, "n": jobs})  # fmt: skip
         conn.execute(sa.text("INSERT INTO tq_jobs SELECT id, :tq, 1, 1.0 FROM jobs"), {"tq": tq})
     engine.dispose()

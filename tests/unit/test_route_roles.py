@@ -55,6 +55,7 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("PUT", "/job-classes/{name:path}"): frozenset({ADMIN}),
     ("PUT", "/associations"): frozenset({ADMIN}),
     ("GET", "/associations"): frozenset({ADMIN, OPERATOR}),
+    ("GET", "/associations/usage"): frozenset({ADMIN, OPERATOR}),
     ("GET", "/limits"): frozenset({ADMIN, OPERATOR}),
     ("PUT", "/limits"): frozenset({ADMIN}),
     ("POST", "/priorities/recompute"): frozenset({ADMIN}),
