@@ -165,25 +165,13 @@ class JobDB(AreaDB):
             ).scalars()
         )
 
-    async def silent_running(self, silent_since: datetime, limit: int) -> list[int]:
-        """Running jobs with no report since `silent_since`."""
+    async def silent(self, status: JobStatus, silent_since: datetime, limit: int) -> list[int]:
+        """Jobs in `status` (Running, Stalled) with no report since `silent_since`."""
         return list(
             (
                 await self.conn.execute(
                     select(jobs.c.id)
-                    .where(jobs.c.status == JobStatus.Running.value, jobs.c.heartbeat_at <= silent_since)
-                    .limit(limit)
-                )
-            ).scalars()
-        )
-
-    async def silent_stalled(self, silent_since: datetime, limit: int) -> list[int]:
-        """Stalled jobs with no report since `silent_since`."""
-        return list(
-            (
-                await self.conn.execute(
-                    select(jobs.c.id)
-                    .where(jobs.c.status == JobStatus.Stalled.value, jobs.c.heartbeat_at <= silent_since)
+                    .where(jobs.c.status == status.value, jobs.c.heartbeat_at <= silent_since)
                     .limit(limit)
                 )
             ).scalars()

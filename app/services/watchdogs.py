@@ -40,7 +40,7 @@ async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings,
     """Running jobs without a status report for the stall timeout become Stalled."""
     silent_since = now - timedelta(seconds=settings.jobs.stall_timeout_seconds)
     async with read_transaction(conn):
-        due = await JobDB.of(conn).silent_running(silent_since, batch)
+        due = await JobDB.of(conn).silent(JobStatus.Running, silent_since, batch)
     stalled = 0
     for job_id in due:
         async with conn.begin():
@@ -59,7 +59,7 @@ async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Setting
     rescheduled with `jobs.reschedule_stalled`. Returns how many moved."""
     silent = settings.jobs.stall_timeout_seconds + settings.jobs.stalled_fail_seconds
     async with read_transaction(conn):
-        due = await JobDB.of(conn).silent_stalled(now - timedelta(seconds=silent), batch)
+        due = await JobDB.of(conn).silent(JobStatus.Stalled, now - timedelta(seconds=silent), batch)
     moved = 0
     for job_id in due:
         try:
