@@ -138,3 +138,14 @@ def test_sshare_associations_prints_every_association(client, clean, server, mon
     monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
     shown = CliRunner().invoke(cli, ["sshare", "-a", "--url", server.url], catch_exceptions=False).stdout
     assert "Associations" in shown and "alice" in shown and "FairShare" in shown
+
+
+def test_without_a_tree_any_account_is_accepted_and_charged(client, clean):
+    r = client.post("/jobs", json={"jobs": [{"owner": "zoe", "owner_group": "g", "account": "anything"}]})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["jobs"][0]["job_id"]
+    assert client.get(f"/jobs/{job_id}").json()["account"] == "anything"
+    assert client.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"] == job_id
+    client.post(f"/jobs/{job_id}/status", json={"status": "Running"})
+    client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 5.0})
+    assert totals(clean) == {("anything", "zoe"): 5.0, ("anything", ""): 5.0}
