@@ -556,16 +556,18 @@ def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matche
     """A queue that empties is deleted; the next new queue must get a new id (SQLite gave
     the same one), so that replaying a match names the queue the job came from."""
     pilot = {"Site": "S1", "CPUTime": 10**6, "request_id": "pilot-1-try-1"}
-    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "g", "sites": ["S1"]}]})
-    first_tq = r.json()["jobs"][0]["task_queue_id"]
-    matched = client.post("/match", json=pilot).json()
-    assert matched["task_queue_id"] == first_tq
+    [job_id] = submit(client, spec(owner="alice", owner_group="g", sites=["S1"]))
+    [first_tq] = [tq["task_queue_id"] for tq in client.get("/taskqueues").json()["task_queues"]]
+    matched = match(client, **pilot)
+    assert (matched["job_id"], matched["task_queue_id"]) == (job_id, first_tq)
+    report_ok(client, job_id, "Running")
+    report_ok(client, job_id, "Done", cpu_seconds=5)
     assert client.get("/taskqueues").json()["task_queues"] == []  # emptied, so deleted
-    r = client.post("/jobs", json={"jobs": [{"owner": "bob", "owner_group": "h", "sites": ["S1"]}]})
+    r = client.post("/jobs", json={"jobs": [spec(owner="bob", owner_group="h", sites=["S1"])]})
     second_tq = r.json()["jobs"][0]["task_queue_id"]
     assert second_tq != first_tq
-    replay = client.post("/match", json=pilot).json()
-    assert (replay["job_id"], replay["task_queue_id"]) == (matched["job_id"], first_tq)
+    replay = match(client, **pilot)
+    assert (replay["job_id"], replay["status"], replay["task_queue_id"]) == (job_id, "Done", first_tq)
     # and a new job never takes an old job's id either
-    newest = client.post("/jobs", json={"jobs": [{"owner": "carol", "owner_group": "g"}]}).json()["jobs"][0]
-    assert newest["job_id"] > r.json()["jobs"][0]["job_id"] > matched["job_id"]
+    newest = client.post("/jobs", json={"jobs": [spec(owner="carol", owner_group="g")]}).json()["jobs"][0]
+    assert newest["job_id"] > r.json()["jobs"][0]["job_id"] > job_id

@@ -1,0 +1,77 @@
+"""No id is given twice, on both backends: the rows the service deletes leave their ids unused.
+
+Nothing deletes jobs or job events (a killed or finished job stays, with its events),
+and the sampler and the priority loop always keep their newest row, so the ids that
+could come back are those of the task queues deleted when they empty and of the
+usage charges pruned once older than every window.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from app.clock import utcnow
+from app.db.claims import ClaimDB, Claimed, ClaimTarget
+from app.db.engine import read_transaction
+from app.db.tables import usage_charges
+from app.jobs.models import StatusUpdate
+from app.services import accounting, jobs, taskqueues
+from tests.db.world import World
+
+pytestmark = pytest.mark.anyio
+PILOT = {"Site": "LCG.CERN.cern", "CPUTime": 10**6}
+
+
+async def only_queue_id(world: World) -> int:
+    [queue] = await world.task_queues()
+    return queue["task_queue_id"]
+
+
+async def test_a_queue_the_sweep_deletes_never_lends_its_id_to_the_next_new_queue(engine, settings):
+    async with engine.connect() as conn:
+        world = World(conn, settings, seed=1)
+        await world.submit([{"owner": "alice", "owner_group": "g"}])
+        emptied = await only_queue_id(world)
+        # a bare claim leaves the emptied queue in place, for the sweep to find
+        now = utcnow()
+        claimed = await ClaimDB.of(conn).claim(
+            ClaimTarget(emptied, level=1.0), site=PILOT["Site"], pilot_reference=None, requester="pilot",
+            request_id=None, now=now, lease_until=now + timedelta(minutes=10), rng=random.Random(1),
+        )  # fmt: skip
+        assert isinstance(claimed, Claimed)
+        assert await taskqueues.delete_all_empty(conn) == 1
+        assert await world.task_queues() == []
+        await world.submit([{"owner": "bob", "owner_group": "h"}])
+        assert await only_queue_id(world) > emptied
+
+
+async def test_a_queue_a_kill_empties_never_lends_its_id_to_the_next_new_queue(engine, settings):
+    async with engine.connect() as conn:
+        world = World(conn, settings, seed=1)
+        [job_id] = await world.submit([{"owner": "alice", "owner_group": "g"}])
+        emptied = await only_queue_id(world)
+        await jobs.kill(conn, job_id)  # deletes the queue it leaves empty
+        assert await world.task_queues() == []
+        await world.submit([{"owner": "bob", "owner_group": "h"}])
+        assert await only_queue_id(world) > emptied
+
+
+async def test_a_pruned_usage_charge_never_lends_its_id_to_the_next_charge(engine, settings):
+    async def finish_one(world: World, owner: str) -> list[int]:
+        [job_id] = await world.submit([{"owner": owner, "owner_group": "g"}])
+        assert (await world.match(PILOT))["job_id"] == job_id
+        await world.set_status(job_id, "Running")
+        await jobs.report_status(conn, job_id, StatusUpdate(status="Done", cpu_seconds=60), settings)
+        async with read_transaction(conn):
+            return list((await conn.execute(select(usage_charges.c.id))).scalars())
+
+    async with engine.connect() as conn:
+        world = World(conn, settings, seed=1)
+        [first] = await finish_one(world, "alice")
+        assert await accounting.prune_charges(conn, utcnow() + timedelta(days=1)) == 1
+        [second] = await finish_one(world, "bob")
+        assert second > first
