@@ -13,6 +13,7 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
@@ -41,16 +42,18 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
     _rebuild(autoincrement=True)
+    bind = op.get_bind()
     for table, references in ID_TABLES.items():
-        # SQLite's max() of several values: the highest, each read as 0 when its table is empty
-        highest = ", ".join(
-            [f"coalesce((SELECT max(id) FROM {table}), 0)"]
-            + [f"coalesce((SELECT max({column}) FROM {owner}), 0)"
-               for owner, column in (reference.split(".") for reference in references)]
-            + ["0"]
-        )  # fmt: skip
-        op.execute(f"DELETE FROM sqlite_sequence WHERE name = '{table}'")
-        op.execute(f"INSERT INTO sqlite_sequence (name, seq) VALUES ('{table}', max({highest}))")
+        highest = max(0, _largest(bind, table, "id"), *(_largest(bind, *ref.split(".")) for ref in references))
+        op.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = :name").bindparams(name=table))
+        op.execute(
+            sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:name, :seq)").bindparams(name=table, seq=highest)
+        )
+
+
+def _largest(bind, table: str, column: str) -> int:
+    """The largest value of table.column, 0 when the table is empty."""
+    return bind.execute(sa.select(sa.func.max(sa.column(column))).select_from(sa.table(table))).scalar() or 0
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":

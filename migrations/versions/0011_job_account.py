@@ -28,7 +28,7 @@ def _rebuilding_jobs():
 
 def _restore_counter(sqlite: bool, seq: int | None) -> None:
     if sqlite and seq is not None:
-        op.execute(f"UPDATE sqlite_sequence SET seq = max(seq, {int(seq)}) WHERE name = 'jobs'")
+        op.execute(sa.text("UPDATE sqlite_sequence SET seq = max(seq, :seq) WHERE name = 'jobs'").bindparams(seq=seq))
 
 
 def upgrade() -> None:
