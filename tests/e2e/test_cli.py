@@ -388,8 +388,13 @@ def test_serve_counts_matches_in_its_metrics_with_one_worker_or_more(cli_env, tm
 
 
 @pytest.mark.parametrize("configured", [False, True], ids=["made-by-serve", "configured"])
+@pytest.mark.parametrize(
+    ("workers", "stop"),
+    [("1", signal.SIGTERM), ("1", signal.SIGINT), ("2", signal.SIGTERM)],
+    ids=["one-worker-sigterm", "one-worker-sigint", "two-workers-sigterm"],
+)
 def test_a_clean_stop_removes_the_metrics_directory_serve_made_and_keeps_a_configured_one(
-    cli_env, tmp_path, configured
+    cli_env, tmp_path, configured, workers, stop
 ):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -397,11 +402,11 @@ def test_a_clean_stop_removes_the_metrics_directory_serve_made_and_keeps_a_confi
     kept = tmp_path / "metrics"
     if configured:
         env["FAIRMATCH_SERVER__METRICS_DIR"] = str(kept)
-    process, url = _serve(env, tmp_path)
+    process, url = _serve(env, tmp_path, "--workers", workers)
     assert httpx.post(f"{url}/api/v1/match", json={"Site": "S1", "CPUTime": 100}).status_code == 204
     made = list(scratch.glob("fairmatch-metrics-*"))
     assert len(made) == (0 if configured else 1)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     assert process.wait(timeout=20) == 0  # a clean stop
     assert list(scratch.glob("fairmatch-metrics-*")) == []
     assert kept.is_dir() == configured
