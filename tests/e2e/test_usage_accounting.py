@@ -20,8 +20,11 @@ def import_tree(client: httpx.Client) -> None:
     assert r.status_code == 200, r.text
 
 
-def run_job(client: httpx.Client, owner: str, group: str, final: str = "Done", **report) -> int:
-    r = client.post("/jobs", json={"jobs": [{"owner": owner, "owner_group": group}]})
+def run_job(
+    client: httpx.Client, owner: str, group: str, final: str = "Done", account: str | None = None, **report
+) -> int:
+    spec = {"owner": owner, "owner_group": group, **({"account": account} if account else {})}
+    r = client.post("/jobs", json={"jobs": [spec]})
     assert r.status_code == 201, r.text
     job_id = r.json()["jobs"][0]["job_id"]
     r = client.post("/match", json={**PILOT, "JobID": job_id})
@@ -88,13 +91,8 @@ def test_a_job_outside_the_tree_is_refused_naming_account_and_user(client, clean
 def test_a_job_names_its_account_and_is_charged_there_and_above(client, clean):
     """The account need not be the group: usage follows the association the job names."""
     import_tree(client)
-    r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "lhcb_user", "account": "theory"}]})
-    assert r.status_code == 201, r.text
-    job_id = r.json()["jobs"][0]["job_id"]
+    job_id = run_job(client, "alice", "lhcb_user", account="theory", cpu_seconds=20.0)
     assert client.get(f"/jobs/{job_id}").json()["account"] == "theory"
-    assert client.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"] == job_id
-    client.post(f"/jobs/{job_id}/status", json={"status": "Running"})
-    assert client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 20.0}).status_code == 200
     used = totals(clean)
     assert {node: used[node] for node in used if used[node]} == {
         ("theory", "alice"): pytest.approx(20.0), ("theory", ""): pytest.approx(20.0),
@@ -141,11 +139,6 @@ def test_sshare_associations_prints_every_association(client, clean, server, mon
 
 
 def test_without_a_tree_any_account_is_accepted_and_charged(client, clean):
-    r = client.post("/jobs", json={"jobs": [{"owner": "zoe", "owner_group": "g", "account": "anything"}]})
-    assert r.status_code == 201, r.text
-    job_id = r.json()["jobs"][0]["job_id"]
+    job_id = run_job(client, "zoe", "g", account="anything", cpu_seconds=5.0)
     assert client.get(f"/jobs/{job_id}").json()["account"] == "anything"
-    assert client.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"] == job_id
-    client.post(f"/jobs/{job_id}/status", json={"status": "Running"})
-    client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 5.0})
     assert totals(clean) == {("anything", "zoe"): 5.0, ("anything", ""): 5.0}
