@@ -206,12 +206,12 @@ def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 15) -
     return False
 
 
-@pytest.fixture(scope="session")
-def servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
-    """The default-settings server of each backend's session database."""
+def servers_of(databases: PerBackend, tmp_path_factory, name: str, **settings: str) -> Iterator[PerBackend]:
+    """For a session fixture: per backend, a server with these settings on the session's database,
+    started when first asked for and stopped at the end."""
 
     def make(backend: str) -> tuple[Server, Callable[[], None]]:
-        srv = start_server(databases[backend], tmp_path_factory.mktemp(f"server-{backend}"))
+        srv = start_server(databases[backend], tmp_path_factory.mktemp(f"{name}-{backend}"), **settings)
         return srv, srv.stop
 
     cache = PerBackend(make)
@@ -222,24 +222,55 @@ def servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
 
 
 @pytest.fixture(scope="session")
+def servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
+    """The default-settings server of each backend's session database."""
+    yield from servers_of(databases, tmp_path_factory, "server")
+
+
+@pytest.fixture(scope="session")
 def server(database, servers) -> Server:
     """The default-settings server of the session's database."""
     return servers[database.backend]
 
 
-@pytest.fixture
-def server_factory(database, tmp_path) -> Iterator[callable]:
-    """Start extra servers with other settings on the same database; stopped after the test."""
+def servers_on(db: TestDatabase, directory: Path) -> Iterator[Callable[..., Server]]:
+    """For a test fixture: start servers with other settings on `db`, stopped after the test."""
     started: list[Server] = []
 
     def start(**settings: str) -> Server:
-        srv = start_server(database, tmp_path, **settings)
+        srv = start_server(db, directory, **settings)
         started.append(srv)
         return srv
 
-    yield start
-    for srv in started:
-        srv.stop()
+    try:
+        yield start
+    finally:
+        for srv in started:
+            srv.stop()
+
+
+@pytest.fixture
+def server_factory(database, tmp_path) -> Iterator[Callable[..., Server]]:
+    """Start extra servers with other settings on the session's database; stopped after the test."""
+    yield from servers_on(database, tmp_path)
+
+
+@pytest.fixture
+def private_database(database, tmp_path) -> Iterator[TestDatabase]:
+    """A migrated database of this test's backend that no session server uses, removed after the
+    test: for settings the session servers' background loops would contradict (their lease sweep,
+    for one, applies their own jobs.max_reschedules to any lapsed lease in the database)."""
+    db, remove = migrated_database(database.backend, tmp_path)
+    try:
+        yield db
+    finally:
+        remove()
+
+
+@pytest.fixture
+def private_server_factory(private_database, tmp_path) -> Iterator[Callable[..., Server]]:
+    """Start servers on `private_database`; stopped after the test, before it is removed."""
+    yield from servers_on(private_database, tmp_path)
 
 
 def clear_tables(db: TestDatabase, attempts: int = 5) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
-from tests.conftest import Server, start_server
+from tests.conftest import PerBackend, Server, servers_of
 
 TOKEN_SECRET = "end-to-end test secret, long enough for HS256"
 TOKEN_SETTINGS = AuthSettings(mode="token", secret=TOKEN_SECRET)
@@ -23,12 +23,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="module")
-def token_server(database, tmp_path_factory) -> Iterator[Server]:
-    """A server in auth mode `token` (HS256 with TOKEN_SECRET), one per test module."""
-    srv = start_server(database, tmp_path_factory.mktemp("token"), AUTH__MODE="token", AUTH__SECRET=TOKEN_SECRET)
-    yield srv
-    srv.stop()
+@pytest.fixture(scope="session")
+def token_servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
+    """Per backend, a server in auth mode `token` (HS256 with TOKEN_SECRET) on the session's
+    database, shared by the modules as the default server is (tests isolate by emptying tables)."""
+    yield from servers_of(databases, tmp_path_factory, "token", AUTH__MODE="token", AUTH__SECRET=TOKEN_SECRET)
+
+
+@pytest.fixture(scope="session")
+def token_server(database, token_servers) -> Server:
+    """The token-mode server of this test's backend."""
+    return token_servers[database.backend]
 
 
 @pytest.fixture

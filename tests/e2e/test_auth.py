@@ -18,10 +18,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import REPO, start_server
+from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
 from tests.e2e.problems import assert_problem
 
-SECRET = "correct horse battery staple, long enough"
-HS256 = AuthSettings(mode="token", secret=SECRET)
+SECRET = TOKEN_SECRET
+HS256 = TOKEN_SETTINGS  # the session's token-mode server (tests/e2e/conftest.py) checks these
 AUDIENCE, ISSUER = "fairmatch-test", "https://iam.example.org"
 
 
@@ -36,11 +37,9 @@ def rsa_pem_pair() -> tuple[bytes, bytes]:
     return private, public
 
 
-@pytest.fixture(scope="module")
-def hs_server(database, tmp_path_factory):
-    srv = start_server(database, tmp_path_factory.mktemp("hs"), AUTH__MODE="token", AUTH__SECRET=SECRET)
-    yield srv
-    srv.stop()
+@pytest.fixture(scope="session")
+def hs_server(token_server):
+    return token_server
 
 
 @pytest.fixture(scope="module")

@@ -122,11 +122,13 @@ def test_a_late_replay_of_a_voided_match_does_not_return_the_job(client):
     assert late.status_code == 204, late.text
 
 
-def test_after_max_reschedules_a_job_fails_instead_of_returning(server_factory, clean):
+def test_after_max_reschedules_a_job_fails_instead_of_returning(private_server_factory, private_database):
     """DIRAC's MaxRescheduling: the returns its owner did not ask for are counted; the
-    one past jobs.max_reschedules fails the job. The owner's own reschedule does not count."""
-    server = server_factory(JOBS__MATCHED_LEASE_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.2",
-                            JOBS__MAX_RESCHEDULES="2")  # fmt: skip
+    one past jobs.max_reschedules fails the job. The owner's own reschedule does not count.
+    On a database of its own: a session server sweeping the lapsed lease first would apply
+    its own max_reschedules (3) and return the job once more."""
+    server = private_server_factory(JOBS__MATCHED_LEASE_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.2",
+                                    JOBS__MAX_RESCHEDULES="2")  # fmt: skip
     pilot = {"Site": "S", "CPUTime": 10**6}
     with server.client() as api:
         (job_id,) = [j["job_id"] for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]}).json()["jobs"]]
@@ -142,7 +144,7 @@ def test_after_max_reschedules_a_job_fails_instead_of_returning(server_factory, 
         assert job["minor_status"] == "Maximum of reschedulings reached" and job["reschedules"] == 2
         assert job["finished_at"] is not None
         assert api.post("/match", json=pilot).status_code == 204  # out of the queues for good
-    with clean.engine().connect() as conn:
+    with private_database.engine().connect() as conn:
         last = conn.exec_driver_sql(
             f"SELECT status, source FROM job_events WHERE job_id = {int(job_id)} ORDER BY id DESC LIMIT 1"
         ).one()

@@ -38,12 +38,16 @@ def assert_never_overlapping(rows: list[tuple]) -> None:
         assert after[1] >= before[2], f"runs overlap: {before} and {after}"
 
 
-def test_two_processes_run_the_loop_one_at_a_time_once_per_interval(server_factory, clean):
-    servers = [server_factory(PRIORITY__INTERVAL_SECONDS="0.5") for _ in range(2)]
+# The two tests counting priority runs and their runners use a database of their own: the
+# session servers' loops run on the shared one too and would add runs and a third runner.
+
+
+def test_two_processes_run_the_loop_one_at_a_time_once_per_interval(private_server_factory, private_database):
+    servers = [private_server_factory(PRIORITY__INTERVAL_SECONDS="0.5") for _ in range(2)]
     with servers[0].client() as api:
         api.post("/jobs", json={"jobs": [{"owner": f"o{i}", "owner_group": f"g{i % 3}"} for i in range(30)]})
     time.sleep(4)
-    scheduled = _parsed(clean)
+    scheduled = _parsed(private_database)
     assert len(scheduled) >= 4, scheduled
     assert_never_overlapping(scheduled)
     starts = sorted(r[1] for r in scheduled)
@@ -53,14 +57,14 @@ def test_two_processes_run_the_loop_one_at_a_time_once_per_interval(server_facto
     assert len({r[0] for r in scheduled}) >= 1
 
 
-def test_forced_runs_from_two_processes_wait_for_each_other(server_factory, clean):
-    servers = [server_factory(PRIORITY__INTERVAL_SECONDS="3600") for _ in range(2)]
+def test_forced_runs_from_two_processes_wait_for_each_other(private_server_factory, private_database):
+    servers = [private_server_factory(PRIORITY__INTERVAL_SECONDS="3600") for _ in range(2)]
     with servers[0].client() as api:
         api.post("/jobs", json={"jobs": [{"owner": f"o{i}", "owner_group": f"g{i % 4}"} for i in range(200)]})
     # the servers' own first run comes a second after start: let it pass first
-    assert wait_for(lambda: len(_parsed(clean)) >= 1, seconds=10)
+    assert wait_for(lambda: len(_parsed(private_database)) >= 1, seconds=10)
     time.sleep(1.5)
-    before = len(_parsed(clean))
+    before = len(_parsed(private_database))
     answers: list[int] = []
 
     def hammer(server):
@@ -74,7 +78,7 @@ def test_forced_runs_from_two_processes_wait_for_each_other(server_factory, clea
     for t in threads:
         t.join()
     assert answers == [200] * 10
-    rows = _parsed(clean)
+    rows = _parsed(private_database)
     assert len(rows) - before == 10
     assert_never_overlapping(rows)
     assert len({r[0] for r in rows}) == 2  # both processes did run
