@@ -162,6 +162,19 @@ def parse_sacctmgr(text: str) -> list[Association]:
     return rows
 
 
+def user_associations(rows: Iterable[Association]) -> frozenset[tuple[str, str]]:
+    """The (account, user) pairs of a tree's users: what a job may be charged to."""
+    return frozenset((row.account, row.user) for row in rows if row.is_user)
+
+
+def unknown_association(known: frozenset[tuple[str, str]], account: str, user: str) -> str | None:
+    """With an imported tree (`known`: its user_associations), why a job of (account, user)
+    is refused, as Slurm refuses a job of an unknown association; None when it is known."""
+    if (account, user) in known:
+        return None
+    return f"no association of account {account!r} and user {user!r} in the imported tree"
+
+
 def export_sacctmgr(rows: Iterable[Association]) -> str:
     """The dump again: one line per association, each ending in a newline, as sacctmgr prints."""
     return "".join(row.to_line() + "\n" for row in rows)

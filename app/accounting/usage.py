@@ -84,6 +84,11 @@ def value_at(
     return usage * decay_factor(elapsed, accounting.half_life_days)
 
 
+def charge_of(cpu_seconds: float, accounting: AccountingSettings) -> float:
+    """What a finished job's CPU charges its association."""
+    return float(cpu_seconds) * accounting.cpu_weight
+
+
 # --- which nodes a job charges -----------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from app.cli import associations, db, groups, jobs, limits, matching, priorities, serve, status, token
+from app.cli import associations, db, groups, jobs, limits, matching, priorities, serve, simulate, status, token
 from app.cli.common import EXIT_FAILED
 
 cli = typer.Typer(
@@ -27,7 +27,7 @@ cli = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold database passwords
 )
 # commands, then groups, in the order `fairmatch --help` lists them
-for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app):
+for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app, simulate.app):
     cli.add_typer(commands)
 for name, group in (
     ("db", db.app), ("token", token.app), ("associations", associations.app),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.cli import render
 from app.cli.client import Service, TokenOption, UrlOption, call_api, connect
 from app.cli.common import EXIT_USAGE, enum_parser, fail, note
 from app.cli.files import load_jobs
@@ -87,15 +87,10 @@ def submit_batches(api: Service, batches: list[list[dict]], total: int) -> list[
     return queued
 
 
-def stderr_is_tty() -> bool:
-    """Progress bars or plain progress lines (tests replace it)."""
-    return sys.stderr.isatty()
-
-
 @contextmanager
 def batch_progress(total: int) -> Iterator[Callable[[int, str], None]]:
     """Yields report(jobs_done, line): a progress bar on a terminal, else the line on stderr."""
-    if not stderr_is_tty():
+    if not render.stderr_is_tty():
         yield lambda _done, line: note(line)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -25,6 +25,11 @@ def stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+def stderr_is_tty() -> bool:
+    """Progress bars, or plain progress lines (tests replace it)."""
+    return sys.stderr.isatty()
+
+
 def show(document: Any, view: Callable[[Any], RenderableType]) -> None:
     """`view(document)` on a terminal (a str as a plain line), else the document as JSON."""
     if not stdout_is_tty():

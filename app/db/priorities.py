@@ -17,6 +17,7 @@ from app.jobs.lifecycle import HOLDING_A_SLOT
 from app.priority.dirac import GroupPolicy
 from app.priority.history import GROUP_LEVEL, sample_rows
 from app.priority.rank import RankGroup
+from app.taskqueues.requirements import load_of
 
 # transaction-scoped advisory locks: one priority loop, one history sampler at a time
 PRIORITY_LOCK = 7_100_001
@@ -182,12 +183,8 @@ class PriorityDB(AreaDB):
             )  # fmt: skip
             for row in rows:
                 counts = levels[row.id]
-                weighted = sum(p * n for p, n in counts.items())
-                jobs_waiting = sum(counts.values())
-                loads.append({
-                    **row._asdict(), "levels": counts, "jobs": jobs_waiting, "sum_rp": weighted,
-                    "avg_rp": weighted / jobs_waiting, "submitted_at": submitted[oldest[row.id]],
-                })  # fmt: skip
+                loads.append({**row._asdict(), "levels": counts, **load_of(counts),
+                              "submitted_at": submitted[oldest[row.id]]})  # fmt: skip
         return loads
 
     async def set_priorities(self, changes: list[dict[str, Any]]) -> None:

@@ -77,6 +77,12 @@ class JobClass:
     priority: int = 0
     description: str | None = None
 
+    @classmethod
+    def of(cls, name: str, spec: JobClassSpec) -> JobClass:
+        """The class a PUT of `spec` under `name` defines."""
+        return cls(name, spec.default_class, spec.max_class, frozenset(spec.allowed_users),
+                   frozenset(spec.allowed_groups), spec.priority, spec.description)  # fmt: skip
+
     def admits(self, owner: str, owner_group: str) -> bool:
         """May a job of this owner and group use the class? Empty lists admit everyone."""
         return (not self.allowed_users or owner in self.allowed_users) and (

@@ -42,6 +42,11 @@ class JobSpec(BaseModel):
     )
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
 
+    @property
+    def charged_account(self) -> str:
+        """The account the job's usage is charged to: the one given, else its owner group."""
+        return self.account or self.owner_group
+
 
 class SubmitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")

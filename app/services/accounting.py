@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.accounting.associations import Association
-from app.accounting.usage import CHARGED_STATUSES, Node, current_usage, path_to_root
+from app.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, path_to_root
 from app.db.accounting import AccountingDB
 from app.db.engine import read_transaction
 from app.settings import AccountingSettings, Settings
@@ -36,7 +36,7 @@ async def charge(
     cpu_seconds = _job_field(job_row, "cpu_seconds")
     if _job_field(job_row, "status") not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
         return 0.0
-    amount = float(cpu_seconds) * accounting.cpu_weight
+    amount = charge_of(cpu_seconds, accounting)
     owner, group = _job_field(job_row, "owner"), _job_field(job_row, "owner_group")
     account = _job_field(job_row, "account") or group
     db = AccountingDB.of(conn)

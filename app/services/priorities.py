@@ -11,10 +11,12 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.accounting.associations import Association
+from app.accounting.usage import Node, WindowedUsage
 from app.auth.policy import JobScope
 from app.clock import as_utc, utcnow
 from app.db.accounting import AccountingDB
@@ -24,6 +26,7 @@ from app.db.priorities import PRIORITY_LOCK, PriorityDB
 from app.metrics import RECOMPUTE_DURATION
 from app.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
 from app.priority.facts import TqFacts
+from app.priority.rank import RankGroup
 from app.services import accounting
 from app.settings import CorrectionsConfig, PrioritySettings, Settings
 from app.taskqueues import changes as change_signal
@@ -31,6 +34,58 @@ from app.taskqueues.requirements import levels_of, stored_levels
 
 NO_CORRECTIONS = CorrectionsConfig()
 KEEP_RUNS = 100  # the run history kept for GET /shares and for operators
+
+
+class PolicyInputs(Protocol):
+    """What the policies read besides the TQs: the database's (`DatabaseInputs`), or a
+    simulated world's (`app.simulation`), so that both run the very same deciders."""
+
+    async def group_policies(self) -> dict[str, dirac.GroupPolicy]: ...
+    async def average_running(self, group: str | None, since: datetime) -> dict[str, float]: ...
+    async def rank_groups(self) -> dict[str, RankGroup]: ...
+    async def windowed_usage(self, since: datetime) -> list[WindowedUsage]: ...
+    async def associations(self) -> list[Association]: ...
+    async def group_shares(self) -> dict[str, float]: ...
+    async def usage(self, now: datetime) -> dict[Node, float]: ...
+    async def group_levels(self) -> dict[str, int]: ...
+    async def class_priorities(self) -> dict[str, int]: ...
+
+
+class DatabaseInputs:
+    """The policies' inputs read inside the caller's transaction."""
+
+    def __init__(self, conn: AsyncConnection, settings: Settings) -> None:
+        self.priorities = PriorityDB.of(conn)
+        self.accounting = AccountingDB.of(conn)
+        self.job_classes = JobClassDB.of(conn)
+        self.conn, self.settings = conn, settings
+
+    async def group_policies(self) -> dict[str, dirac.GroupPolicy]:
+        return await self.priorities.group_policies()
+
+    async def average_running(self, group: str | None, since: datetime) -> dict[str, float]:
+        return await self.priorities.average_running(group, since)
+
+    async def rank_groups(self) -> dict[str, RankGroup]:
+        return await self.priorities.rank_groups()
+
+    async def windowed_usage(self, since: datetime) -> list[WindowedUsage]:
+        return await self.accounting.windowed_usage(since)
+
+    async def associations(self) -> list[Association]:
+        return await self.accounting.associations()
+
+    async def group_shares(self) -> dict[str, float]:
+        return await self.priorities.group_shares()
+
+    async def usage(self, now: datetime) -> dict[Node, float]:
+        return await accounting.read_usage(self.conn, now, self.settings)
+
+    async def group_levels(self) -> dict[str, int]:
+        return await self.priorities.group_levels()
+
+    async def class_priorities(self) -> dict[str, int]:
+        return {job_class.name: job_class.priority for job_class in await self.job_classes.all()}
 
 
 def configured_corrections(priority: PrioritySettings) -> CorrectionsConfig:
@@ -62,7 +117,7 @@ def _tq_loads(rows: list[dict]) -> list[dirac.TqLoad]:
 
 
 async def _corrections(
-    db: PriorityDB,
+    inputs: PolicyInputs,
     config: CorrectionsConfig,
     loads: list[dirac.TqLoad],
     policies: dict[str, dirac.GroupPolicy],
@@ -84,7 +139,7 @@ async def _corrections(
         else:
             continue  # nothing waiting in that group, or one entity: nothing to correct between
         usage = {
-            slice_name: await db.average_running(instance.group, now - timedelta(seconds=s.time_span))
+            slice_name: await inputs.average_running(instance.group, now - timedelta(seconds=s.time_span))
             for slice_name, s in instance.slices.items()
         }
         result = corrector.correct(instance, shares, usage)
@@ -155,25 +210,24 @@ def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], correctio
 
 
 async def _decide_dirac(
-    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+    inputs: PolicyInputs, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
-    db = PriorityDB.of(conn)
     loads = _tq_loads(rows)
-    policies = await db.group_policies()
+    policies = await inputs.group_policies()
     corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
     group_factors, user_factors, explained = (
-        await _corrections(db, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
+        await _corrections(inputs, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
     )
     decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
     return Outcome(decision.priorities, decision.origins, _dirac_report(decision, explained, corrections_on))
 
 
 async def _decide_rank(
-    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+    inputs: PolicyInputs, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
     window = settings.priority.rank.window_days
-    groups_by_name = await PriorityDB.of(conn).rank_groups()
-    used = await AccountingDB.of(conn).windowed_usage(now - timedelta(days=window))
+    groups_by_name = await inputs.rank_groups()
+    used = await inputs.windowed_usage(now - timedelta(days=window))
     decided = rank.decide(_facts(rows), groups_by_name, used, settings.priority.rank)
     return Outcome(
         {tq: p for tq, (p, _) in decided.items()},
@@ -182,20 +236,20 @@ async def _decide_rank(
     )
 
 
-async def _association_tree(conn: AsyncConnection, facts: list[TqFacts]) -> dict:
+async def _association_tree(inputs: PolicyInputs, facts: list[TqFacts]) -> dict:
     """The imported association tree, or, without one, root -> groups (job_share) -> owners."""
-    rows = await AccountingDB.of(conn).associations()
+    rows = await inputs.associations()
     if rows:
         return fairshare.tree_from_associations([(r.account, r.user, r.parent, r.shares) for r in rows])
-    shares = await PriorityDB.of(conn).group_shares()
+    shares = await inputs.group_shares()
     members = {(f.owner_group, f.owner) for f in facts}
     return fairshare.implicit_tree({g: shares.get(g, dirac.DEFAULT_SHARE) for g, _ in members}, members)
 
 
-async def _shares(conn: AsyncConnection, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:
+async def _shares(inputs: PolicyInputs, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:
     """Every association's sshare row: the tree, its decayed usage, the configured algorithm."""
-    tree = await _association_tree(conn, facts)
-    usage = await accounting.read_usage(conn, now, settings)
+    tree = await _association_tree(inputs, facts)
+    usage = await inputs.usage(now)
     return fairshare.compute(tree, usage, settings.priority.multifactor.fairshare)
 
 
@@ -204,7 +258,7 @@ async def association_usage(conn: AsyncConnection, settings: Settings) -> list[d
     association (the imported tree, or groups and the owners with waiting jobs)."""
     async with read_transaction(conn):
         rows = await PriorityDB.of(conn).waiting_loads()
-        shares = await _shares(conn, settings, _facts(rows), utcnow())
+        shares = await _shares(DatabaseInputs(conn, settings), settings, _facts(rows), utcnow())
     return [
         {"account": row.account, "user": row.user or None, "parent": _parent_account(row),
          "shares": "parent" if row.raw_shares is None else row.raw_shares, "norm_shares": row.norm_shares,
@@ -221,13 +275,13 @@ def _parent_account(row: fairshare.ShareRow) -> str | None:
 
 
 async def _decide_multifactor(
-    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+    inputs: PolicyInputs, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
 ) -> Outcome:
     options = settings.priority.multifactor
     facts = _facts(rows)
-    shares = await _shares(conn, settings, facts, now)
-    levels = await PriorityDB.of(conn).group_levels()
-    class_priority = {job_class.name: job_class.priority for job_class in await JobClassDB.of(conn).all()}
+    shares = await _shares(inputs, settings, facts, now)
+    levels = await inputs.group_levels()
+    class_priority = await inputs.class_priorities()
     decided = multifactor.decide(
         facts,
         now,
@@ -245,6 +299,13 @@ async def _decide_multifactor(
 
 
 DECIDERS = {"dirac": _decide_dirac, "rank": _decide_rank, "multifactor": _decide_multifactor}
+
+
+async def decide(
+    inputs: PolicyInputs, settings: Settings, corrections: CorrectionsConfig, rows: list[dict], now: datetime
+) -> Outcome:
+    """The configured policy's priorities for `rows` (waiting_loads rows)."""
+    return await DECIDERS[settings.priority.policy](inputs, settings, corrections, rows, now)
 
 
 def _task_queue_report(rows: list[dict], outcome: Outcome) -> list[dict[str, Any]]:
@@ -276,7 +337,7 @@ async def recompute(
         started = utcnow()  # the run starts once it holds the lock
         clock = time.perf_counter()
         rows = await db.waiting_loads()
-        outcome = await DECIDERS[settings.priority.policy](conn, settings, corrections, rows, started)
+        outcome = await decide(DatabaseInputs(conn, settings), settings, corrections, rows, started)
         changed = await _apply(db, rows, outcome)
         await _forget_drained_levels(db)
         finished = utcnow()
@@ -324,8 +385,8 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
         if settings.priority.policy != "dirac":
             rows = await db.waiting_loads()
             if rows:
-                decide = DECIDERS[settings.priority.policy]
-                await _apply(db, rows, await decide(conn, settings, NO_CORRECTIONS, rows, now))
+                outcome = await decide(DatabaseInputs(conn, settings), settings, NO_CORRECTIONS, rows, now)
+                await _apply(db, rows, outcome)
             return
         rows = await db.waiting_loads(group_names)
         if not rows:

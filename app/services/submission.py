@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.accounting.associations import unknown_association, user_associations
 from app.clock import utcnow
 from app.db.accounting import AccountingDB
 from app.db.engine import read_transaction
@@ -45,7 +46,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
                 "owner": r.owner,
                 "owner_group": r.owner_group,
                 "vo": r.vo,
-                "account": spec.account or r.owner_group,
+                "account": spec.charged_account,
                 "cpu_time": requested_cpu_time(spec, settings),
                 "requirements": as_json[r],
                 "user_priority": spec.user_priority,
@@ -77,14 +78,12 @@ async def _check_associations(conn: AsyncConnection, specs: Sequence[JobSpec]) -
         tree = await AccountingDB.of(conn).associations()
     if not tree:
         return  # no tree: any account is charged as given
-    known = {(row.account, row.user) for row in tree if row.user}
+    known = user_associations(tree)
     errors = []
     for i, spec in enumerate(specs):
-        account = spec.account or spec.owner_group
-        if (account, spec.owner) not in known:
-            errors.append({"loc": ["body", "jobs", i, "account"], "type": "value_error",
-                           "msg": f"no association of account {account!r} and user {spec.owner!r} "
-                                  "in the imported tree"})  # fmt: skip
+        problem = unknown_association(known, spec.charged_account, spec.owner)
+        if problem is not None:
+            errors.append({"loc": ["body", "jobs", i, "account"], "type": "value_error", "msg": problem})
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise InvalidInput(errors[0]["msg"] + more, errors=errors)

@@ -41,6 +41,14 @@ def levels_of(stored: Sequence[Sequence[float]] | None) -> dict[float, int]:
     return {float(p): int(n) for p, n in stored or ()}
 
 
+def load_of(levels: Mapping[float, int]) -> dict[str, float]:
+    """A TQ's load as the policies weigh it, from its waiting jobs per level: their number,
+    and the sum and the average of their real priorities."""
+    jobs = sum(levels.values())
+    weighted = sum(p * n for p, n in levels.items())
+    return {"jobs": jobs, "sum_rp": weighted, "avg_rp": weighted / jobs}
+
+
 def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
     """{real priority: jobs} as `task_queues.levels` stores it: by level, empty ones left out."""
     return [[p, n] for p, n in sorted(levels.items()) if n > 0]

@@ -1,9 +1,11 @@
 """The admin commands of `fairmatch` (jobs, groups, limits, recompute, status) against real servers.
 
-As in test_cli.py: commands run as subprocesses of the console script with stdout
-piped, so they print the server's JSON; tables, progress bars and paging are
-checked in-process, where `stdout_is_tty`, `stderr_is_tty` and the sizes can be
-replaced. Token-mode commands run against `token_server`.
+Commands run through the console script's `main()` in this process
+(tests/e2e/in_process.py: their own environment, directory, stdin and piped
+output, so they print the server's JSON; test_cli.py runs the installed script
+itself); tables, progress bars and paging are checked with CliRunner, where
+`stdout_is_tty`, `stderr_is_tty` and the sizes can be replaced. Token-mode
+commands run against `token_server`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from app.cli import cli, render
 from app.cli import jobs as job_commands
 from tests.conftest import Server
 from tests.e2e.conftest import TOKEN_SETTINGS
-from tests.e2e.test_cli import FAIRMATCH, assert_failed, get_job, submit_via_api, succeeded, unreachable_url
+from tests.e2e.in_process import run_fairmatch
+from tests.e2e.test_cli import assert_failed, get_job, submit_via_api, succeeded, unreachable_url
 
 JOB = {"owner": "alice", "owner_group": "g", "sites": ["S1"], "cpu_time": 3600}
 OTHER = {"owner": "bob", "owner_group": "h", "sites": ["S1"], "cpu_time": 3600}
@@ -29,11 +32,8 @@ PILOT = {"Site": "S1", "CPUTime": 100_000}
 
 @pytest.fixture
 def run(cli_env, tmp_path) -> Callable[..., subprocess.CompletedProcess]:
-    def run(*args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(FAIRMATCH), *args], input=stdin, env={**cli_env, **env}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
+    def run(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        return run_fairmatch(*args, env={**cli_env, **env}, cwd=tmp_path, stdin=stdin)
 
     return run
 
@@ -166,7 +166,7 @@ def test_more_than_one_batch_from_a_file_queues_every_job_with_progress_lines(ru
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"jobs": [{**JOB, "owner": f"u{i % 4}"} for i in range(total)]}))
 
-    result = run("jobs", "submit", str(path), "--url", server.url, timeout=240)
+    result = run("jobs", "submit", str(path), "--url", server.url)
 
     answer = succeeded(result)
     assert len({j["job_id"] for j in answer["jobs"]}) == total
@@ -181,7 +181,7 @@ def test_more_than_one_batch_from_a_file_queues_every_job_with_progress_lines(ru
 
 def test_a_terminal_gets_a_progress_bar_instead_of_lines(invoke, monkeypatch, server, clean, tmp_path):
     monkeypatch.setattr(job_commands, "BATCH_SIZE", 2)
-    monkeypatch.setattr(job_commands, "stderr_is_tty", lambda: True)
+    monkeypatch.setattr(render, "stderr_is_tty", lambda: True)
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps([JOB] * 5))
 

@@ -3,7 +3,8 @@
     base      settings, errors, clock, fields, logs, metrics, metrics_dir
     domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure)
     db        the schema and one data-access class per area (the only SQL)
-    services  the use cases: transactions, several areas together, background loops
+    services  the use cases: transactions, several areas together, background loops;
+              simulation (the service's decisions on a simulated clock)
     api, cli  routers and commands
     main      the application factory
 
@@ -27,7 +28,7 @@ LAYERS = {
     "base": {"settings", "errors", "clock", "fields", "logs", "metrics", "metrics_dir"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
     "db": {"db"},
-    "services": {"services"},
+    "services": {"services", "simulation"},
     "interfaces": {"api", "cli"},
     "main": {"main"},
 }
