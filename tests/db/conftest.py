@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from app.db.engine import create_engine
 from app.settings import Settings
 from tests.conftest import BACKENDS, PG_ADMIN_URL, PerBackend, TestDatabase, migrated_database, pg_url
+from tests.db.world import World
 
 
 @pytest.fixture
@@ -90,4 +92,25 @@ async def engine(settings) -> AsyncIterator:
     try:
         yield engine
     finally:
+        await engine.dispose()
+
+
+SEED = 20_240_611  # the worlds' lottery
+
+
+@pytest.fixture
+async def world_of(settings) -> AsyncIterator[Callable[..., Any]]:
+    """Makes a World on the clone, with these settings changed (e.g. matching={"lottery": "dirac"})."""
+    opened = []
+
+    async def make(**changes: Any) -> World:
+        changed = Settings(**{**settings.model_dump(exclude_unset=True), **changes})
+        engine = create_engine(changed.database_url, pool_size=2)
+        conn = await engine.connect()
+        opened.append((engine, conn))
+        return World(conn, changed, SEED)
+
+    yield make
+    for engine, conn in opened:
+        await conn.close()
         await engine.dispose()

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from app.clock import utcnow
-from app.db.engine import create_engine
 from app.services import priorities
-from app.settings import Settings
+from tests.db.conftest import SEED
 from tests.db.world import World
 from tests.fair_share import CORRECTIONS, PILOT, by_group, by_owner, by_platforms, by_user_priority, job, priorities_by
 from tests.statistics import Z, assert_fraction, binomial_sigma, tolerance
@@ -32,25 +30,6 @@ from tests.statistics import Z, assert_fraction, binomial_sigma, tolerance
 pytestmark = pytest.mark.anyio
 
 MATCHES = 1200  # draws per statistical case
-SEED = 20_240_611
-
-
-@pytest.fixture
-async def world_of(settings) -> AsyncIterator[Callable[..., Any]]:
-    """A World on the clone, with these settings changed (e.g. matching={"lottery": "dirac"})."""
-    opened = []
-
-    async def make(**changes: Any) -> World:
-        changed = Settings(**{**settings.model_dump(exclude_unset=True), **changes})
-        engine = create_engine(changed.database_url, pool_size=2)
-        conn = await engine.connect()
-        opened.append((engine, conn))
-        return World(conn, changed, SEED)
-
-    yield make
-    for engine, conn in opened:
-        await conn.close()
-        await engine.dispose()
 
 
 async def probabilities(world: World, resource: dict[str, Any], key) -> dict[Any, float]:
