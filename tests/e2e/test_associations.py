@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,10 +12,10 @@ import httpx
 import pytest
 
 from app.api.associations import MAX_DUMP_CHARS
+from tests.e2e.in_process import run_fairmatch
 from tests.e2e.problems import assert_problem
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
-FAIRMATCH = Path(sys.executable).parent / "fairmatch"  # the console script of the running venv
 TEXT = {"content-type": "text/plain; charset=utf-8"}
 SMALL = "root|1|||\nvo|1|root||\nvo|1||alice|\n"
 
@@ -167,9 +166,7 @@ def fairmatch(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
     env["FAIRMATCH_CONFIG"] = str(config)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(FAIRMATCH), *args], env=env, cwd=tmp_path, capture_output=True, timeout=30, check=False
-        )
+        return run_fairmatch(*args, env=env, cwd=tmp_path)
 
     return run
 
@@ -181,7 +178,7 @@ def test_cli_import_then_export_round_trips(fairmatch, server, clean, dump):
     assert json.loads(imported.stdout) == {"associations": 52}
     exported_now = fairmatch("associations", "export", "--url", server.url)
     assert exported_now.returncode == 0, exported_now.stderr
-    assert exported_now.stdout == FIXTURE.read_bytes()
+    assert exported_now.stdout == FIXTURE.read_text()
 
 
 def test_cli_import_of_a_broken_dump_names_the_line(fairmatch, server, clean, dump, tmp_path):
@@ -192,8 +189,8 @@ def test_cli_import_of_a_broken_dump_names_the_line(fairmatch, server, clean, du
     result = fairmatch("associations", "import", str(broken), "--url", server.url)
 
     assert result.returncode == 1
-    assert result.stderr.decode().startswith("error: Invalid input: line 8: shares 'four' are neither")
-    assert fairmatch("associations", "export", "--url", server.url).stdout == FIXTURE.read_bytes()
+    assert result.stderr.startswith("error: Invalid input: line 8: shares 'four' are neither")
+    assert fairmatch("associations", "export", "--url", server.url).stdout == FIXTURE.read_text()
 
 
 def test_cli_usage_errors(fairmatch, tmp_path, server):
@@ -204,7 +201,7 @@ def test_cli_usage_errors(fairmatch, tmp_path, server):
 
     for result, fragment in ((missing, "cannot read"), (not_utf8, "is not UTF-8 text")):
         assert result.returncode == 2, result.stderr
-        assert result.stderr.decode().startswith("error: ") and fragment in result.stderr.decode()
+        assert result.stderr.startswith("error: ") and fragment in result.stderr
 
 
 # --- concurrency ----------------------------------------------------------------------

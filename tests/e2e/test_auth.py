@@ -19,6 +19,7 @@ from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import REPO, start_server
 from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
+from tests.e2e.in_process import run_fairmatch
 from tests.e2e.problems import assert_problem
 
 SECRET = TOKEN_SECRET
@@ -207,11 +208,10 @@ def test_token_create_command_mints_a_working_token(hs_server, clean, tmp_path):
     config = tmp_path / "empty.toml"
     config.write_text("")
     env = {"PATH": "/usr/bin:/bin", "FAIRMATCH_CONFIG": str(config), "FAIRMATCH_AUTH__SECRET": SECRET}
-    out = subprocess.run(
-        [str(REPO / ".venv/bin/fairmatch"), "token", "create", "--role", "pilot", "--sub", "p9",
-         "--site", "S1", "--groups", "g1,g2", "--vo", "lhcb", "--ttl", "2h"],
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout  # fmt: skip
+    done = run_fairmatch("token", "create", "--role", "pilot", "--sub", "p9", "--site", "S1",
+                         "--groups", "g1,g2", "--vo", "lhcb", "--ttl", "2h", env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     minted = out.strip().splitlines()[-1]
     claims = jwt.decode(minted, SECRET, algorithms=["HS256"])
     assert (claims["sub"], claims["role"], claims["site"], claims["vo"]) == ("p9", "pilot", "S1", "lhcb")
@@ -229,10 +229,7 @@ def test_token_create_refuses_a_secret_shorter_than_32_bytes_in_every_mode(tmp_p
     config.write_text("")
     env = {"PATH": "/usr/bin:/bin", "FAIRMATCH_CONFIG": str(config), "FAIRMATCH_AUTH__MODE": mode,
            "FAIRMATCH_AUTH__SECRET": "short secret, 25 bytes..."}  # fmt: skip
-    result = subprocess.run(
-        [str(REPO / ".venv/bin/fairmatch"), "token", "create", "--role", "pilot", "--sub", "p9"],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+    result = run_fairmatch("token", "create", "--role", "pilot", "--sub", "p9", env=env, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
     assert "at least 32 bytes" in result.stderr and "Traceback" not in result.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from datetime import timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from rich.console import Console
 from app.cli.priorities import sprio_table, sshare_table
 from app.clock import utcnow
 from app.db.tables import jobs
-from tests.conftest import REPO
+from tests.e2e.in_process import run_fairmatch
 
 PILOT = {"Site": "S", "CPUTime": 10**6}
 QUIET = {"PRIORITY__INTERVAL_SECONDS": "3600"}  # priorities change only when the test recomputes
@@ -131,9 +130,9 @@ def test_sprio_and_sshare_commands_explain_the_last_run(server_factory, clean, t
     env = {"PATH": "/usr/bin:/bin", "FAIRMATCH_CONFIG": str(config)}
 
     def run(*args):
-        out = subprocess.run([str(REPO / ".venv/bin/fairmatch"), *args, "--url", server.url],
-                             capture_output=True, text=True, env=env, check=True).stdout  # fmt: skip
-        return json.loads(out)
+        done = run_fairmatch(*args, "--url", server.url, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
 
     sprio = run("sprio", "--jobs", "10")
     assert sprio["policy"] == policy and len(sprio["task_queues"]) == 2 and len(sprio["jobs"]) == 3
