@@ -10,7 +10,8 @@ the answer leaves. It runs on the driver's own connection: SQLAlchemy's
 execution layer would cost as much as the database does here.
 
 SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
-the database write lock, so no other claim can interleave.
+the database write lock, so no other claim can interleave; they run in the
+driver's worker thread in one go (app/db/sqlite_claim.py).
 
 With a site-limit guard, the claimed job is checked in the claim's own
 transaction and the claim rolled back if it breaks a limit.
@@ -25,13 +26,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import delete, exists, func, insert, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from app.db.tables import job_events, jobs, match_requests, site_limits, tq_jobs
-from app.jobs.lifecycle import JobStatus
+from app.db.sqlite_claim import claim_in_thread
+from app.db.tables import jobs, match_requests, tq_jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +218,18 @@ class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
 
 
 class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return await self._in_thread(target, params, rng, own_transaction=True)
+
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
-        return await _claim_serialised(self.conn, target, params, rng)
+        return await self._in_thread(target, params, rng, own_transaction=False)
+
+    async def _in_thread(
+        self, target: ClaimTarget, params: dict[str, Any], rng: random.Random, *, own_transaction: bool
+    ) -> Claimed | Missed:
+        named = target.job_id is not None
+        row = await claim_in_thread(self.conn, params, named=named, draw=rng.random(), own_transaction=own_transaction)
+        return _outcome(_Row(row))
 
 
 def _statement(target: ClaimTarget) -> str:
@@ -262,64 +273,3 @@ async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _
 # the answer's column names per statement: reading them from each result costs more
 # than the rest of the row's decoding
 _COLUMNS: dict[str, list[str]] = {}
-
-
-async def _claim_serialised(
-    conn: AsyncConnection, target: ClaimTarget, params: dict[str, Any], rng: random.Random
-) -> Claimed | Missed:
-    candidates = select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == target.tq_id)
-    if target.job_id is not None:
-        candidates = candidates.where(tq_jobs.c.job_id == target.job_id)
-    else:
-        candidates = (
-            candidates.where(tq_jobs.c.real_priority == target.level)
-            .order_by(tq_jobs.c.job_id)
-            .limit(target.candidates)
-        )
-    if not params["guarded"]:
-        limited = exists().where(site_limits.c.site == params["site"])
-        if (await conn.execute(select(limited))).scalar():
-            return Missed(level_empty=False, site_limited=True)
-    ids = (await conn.execute(candidates)).scalars().all()
-    if not ids:
-        return Missed(level_empty=True)  # the write lock is ours: nobody else holds a candidate
-    job_id = rng.choice(ids)
-    jobs_before = (
-        await conn.execute(
-            select(func.count()).select_from(
-                select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == target.tq_id).limit(2).subquery()
-            )
-        )
-    ).scalar_one()
-    await conn.execute(delete(tq_jobs).where(tq_jobs.c.job_id == job_id))
-    row = (
-        await conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.Waiting.value)
-            .values(
-                status=JobStatus.Matched.value,
-                site=params["site"],
-                pilot_reference=params["pilot_reference"],
-                matched_by=params["requester"],
-                matched_at=params["now"],
-                lease_expires_at=params["lease_until"],
-                task_queue_id=target.tq_id,
-            )
-            .returning(jobs)
-        )
-    ).first()
-    if row is None:
-        return Missed(level_empty=False)
-    await conn.execute(
-        insert(job_events).values(job_id=job_id, status=JobStatus.Matched.value, at=params["now"], source="match")
-    )
-    if params["request_id"] is not None:
-        await conn.execute(
-            insert(match_requests).values(
-                requester=params["requester"],
-                request_id=params["request_id"],
-                job_id=job_id,
-                created_at=params["now"],
-            )
-        )
-    return Claimed(job=row, tq_now_empty=jobs_before <= 1)

@@ -411,3 +411,21 @@ def test_the_analysis_cost_is_measured_beside_the_selection():
     assert (found["task_queues"], found["pilots"], found["draws"]) == (2000, 20, 20)
     assert 0 < found["analysis_median_ms"] <= found["analysis_p99_ms"]
     assert found["analysis_to_selection"] > 0
+
+
+def test_the_sqlite_claim_is_timed_beside_the_bare_claim(capsys, monkeypatch):
+    from bench import run_sqlite_claim
+
+    monkeypatch.delenv("FAIRMATCH_DATABASE_URL", raising=False)
+    run_sqlite_claim.main(["--task-queues", "6", "--jobs", "120", "--matches", "40", "--rounds", "1"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["task_queues"], report["matches"], report["rounds"]) == (6, 40, 1)
+    assert report["jobs"] == 120 and report["fairmatch_ms"] > 0 and report["bare_claim_ms"] > 0
+    assert report["ratio"] == pytest.approx(report["fairmatch_ms"] / report["bare_claim_ms"], rel=0.02)
+
+
+def test_the_sqlite_claim_bench_says_when_the_queues_run_dry():
+    from bench import run_sqlite_claim
+
+    with pytest.raises(SystemExit, match="ran dry"):
+        run_sqlite_claim.main(["--task-queues", "2", "--jobs", "10", "--matches", "50", "--rounds", "1"])
