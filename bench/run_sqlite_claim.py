@@ -114,13 +114,8 @@ def _bare(path: Path, matches: int) -> float:
     return elapsed
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task-queues", type=int, default=300)
-    parser.add_argument("--jobs", type=int, default=30_000)
-    parser.add_argument("--matches", type=int, default=5_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
+def _rounds(args: argparse.Namespace) -> tuple[list[float], list[float], int]:
+    """Per round, ms a match of fairmatch and of the bare claim; and the jobs submitted."""
     with tempfile.TemporaryDirectory() as directory:
         config = Path(directory) / "empty.toml"
         config.write_text("")
@@ -136,6 +131,24 @@ def main(argv: list[str] | None = None) -> None:
             ours.append(asyncio.run(_fairmatch(f"sqlite:///{copies[0]}", args.matches)) / args.matches * 1000)
             bare.append(_bare(copies[1], args.matches) / args.matches * 1000)
             print(f"round {n + 1}: fairmatch {ours[-1]:.3f} ms a match, bare claim {bare[-1]:.3f} ms", flush=True)
+    return ours, bare, submitted
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task-queues", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--matches", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    saved = os.environ.get("FAIRMATCH_CONFIG")
+    try:
+        ours, bare, submitted = _rounds(args)
+    finally:  # the defaults were for this run only
+        if saved is None:
+            os.environ.pop("FAIRMATCH_CONFIG", None)
+        else:
+            os.environ["FAIRMATCH_CONFIG"] = saved
     report = {
         "task_queues": args.task_queues, "jobs": submitted, "matches": args.matches, "rounds": args.rounds,
         "fairmatch_ms": round(statistics.median(ours), 3), "bare_claim_ms": round(statistics.median(bare), 3),

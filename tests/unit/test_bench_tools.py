@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import shutil
 import threading
 from collections import Counter
@@ -417,7 +418,9 @@ def test_the_sqlite_claim_is_timed_beside_the_bare_claim(capsys, monkeypatch):
     from bench import run_sqlite_claim
 
     monkeypatch.delenv("FAIRMATCH_DATABASE_URL", raising=False)
+    before = os.environ.get("FAIRMATCH_CONFIG")
     run_sqlite_claim.main(["--task-queues", "6", "--jobs", "120", "--matches", "40", "--rounds", "1"])
+    assert os.environ.get("FAIRMATCH_CONFIG") == before  # its defaults were its own
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (report["task_queues"], report["matches"], report["rounds"]) == (6, 40, 1)
     assert report["jobs"] == 120 and report["fairmatch_ms"] > 0 and report["bare_claim_ms"] > 0
