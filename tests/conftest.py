@@ -255,10 +255,12 @@ def server_factory(database, tmp_path) -> Iterator[Callable[..., Server]]:
     yield from servers_on(database, tmp_path)
 
 
+QUIET_SETTINGS = ("MATCHING__", "PRIORITY__POLICY")  # what a quiet server may set
+
+
 @pytest.fixture(scope="session")
-def matching_servers(databases, tmp_path_factory) -> Iterator[dict[tuple, Server]]:
-    """Servers differing from the default only in `matching.*` settings, by backend and
-    settings, started when first asked for and kept for the session."""
+def quiet_servers() -> Iterator[dict[tuple, Server]]:
+    """The servers `quiet_server` started, by backend and settings; stopped at the end."""
     started: dict[tuple, Server] = {}
     try:
         yield started
@@ -268,19 +270,25 @@ def matching_servers(databases, tmp_path_factory) -> Iterator[dict[tuple, Server
 
 
 @pytest.fixture
-def matching_server(database, matching_servers, clean, tmp_path_factory) -> Callable[..., Server]:
-    """The session's server of this backend with these `matching.*` settings. Only those:
-    they change how a server chooses, not what its background loops write to the shared
-    database, so one such server can serve every test asking for the same settings."""
+def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[..., Server]:
+    """The session's server of this backend with these settings, started when first asked for.
+
+    Only settings that change what a request does (`matching.*`, `priority.policy`), and
+    the server's priority loop runs once, a second after its start (waited for here when
+    the policy is not the default's), and not again within the hour: it writes nothing the
+    other tests on the database could see, so every test asking for the same settings can
+    share it."""
 
     def get(**settings: str) -> Server:
-        others = [name for name in settings if not name.upper().startswith("MATCHING__")]
-        assert not others, f"not matching settings, use server_factory: {others}"
+        others = [name for name in settings if not name.upper().startswith(QUIET_SETTINGS)]
+        assert not others, f"settings a shared server must not have, use server_factory: {others}"
         key = (database.backend, tuple(sorted(settings.items())))
-        if key not in matching_servers:
-            directory = tmp_path_factory.mktemp(f"matching-{database.backend}")
-            matching_servers[key] = start_server(database, directory, **settings)
-        return matching_servers[key]
+        if key not in quiet_servers:
+            directory = tmp_path_factory.mktemp(f"quiet-{database.backend}")
+            quiet_servers[key] = start_server(database, directory, PRIORITY__INTERVAL_SECONDS="3600", **settings)
+            if "PRIORITY__POLICY" in settings:  # its first run, a second after start, is behind it
+                time.sleep(1.5)
+        return quiet_servers[key]
 
     return get
 

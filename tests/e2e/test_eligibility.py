@@ -702,8 +702,8 @@ def test_longest_cpu_bucket_is_drawn_first(client):
     assert set(order[4:]) == set(short)
 
 
-def test_without_prefer_longest_cpu_all_buckets_draw_alike(matching_server):
-    server = matching_server(MATCHING__PREFER_LONGEST_CPU="false")
+def test_without_prefer_longest_cpu_all_buckets_draw_alike(quiet_server):
+    server = quiet_server(MATCHING__PREFER_LONGEST_CPU="false")
     with server.client() as client:
         short = submit(client, 20, cpu_time=3600)
         long = submit(client, 20, cpu_time=80000)
@@ -805,11 +805,11 @@ UNSTATED = [
 
 @pytest.mark.parametrize(("spec", "other_value"), UNSTATED)
 @pytest.mark.parametrize("mode", ["strict", "dirac"])
-def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(matching_server, mode, spec, other_value):
+def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(quiet_server, mode, spec, other_value):
     """strict (the default): a pilot that does not state a grid CE, platform or job type gets
     only queues listing none. dirac: no condition on that field, as DIRAC's TaskQueueDB. A
     stated value that differs is refused in both modes."""
-    with matching_server(MATCHING__UNSTATED_FIELDS=mode).client() as client:
+    with quiet_server(MATCHING__UNSTATED_FIELDS=mode).client() as client:
         job_id, tq_id = submit_one(client, **spec)
         assert odds(client, resource(**other_value)) == {} and match(client, resource(**other_value)) is None
         if mode == "strict":
@@ -821,9 +821,9 @@ def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(matching_
 
 
 @pytest.mark.parametrize("mode", ["strict", "dirac"])
-def test_tags_keep_their_own_rule_in_both_modes(matching_server, mode):
+def test_tags_keep_their_own_rule_in_both_modes(quiet_server, mode):
     """A job that needs a tag goes only to a pilot offering it, whatever unstated_fields says."""
-    with matching_server(MATCHING__UNSTATED_FIELDS=mode).client() as client:
+    with quiet_server(MATCHING__UNSTATED_FIELDS=mode).client() as client:
         job_id, tq_id = submit_one(client, tags=["GPU"])
         assert odds(client, resource()) == {} and match(client, resource()) is None
         assert odds(client, resource(Tag=["GPU"])) == {tq_id: 1.0}

@@ -15,7 +15,6 @@ from app.db.tables import jobs
 from tests.e2e.in_process import run_fairmatch
 
 PILOT = {"Site": "S", "CPUTime": 10**6}
-QUIET = {"PRIORITY__INTERVAL_SECONDS": "3600"}  # priorities change only when the test recomputes
 
 
 def put_group(api, name: str, share: float, level: int = 0) -> None:
@@ -48,8 +47,8 @@ def drain(api) -> list[str]:
     return order
 
 
-def test_rank_matches_the_under_served_group_first(server_factory, clean):
-    server = server_factory(PRIORITY__POLICY="rank", **QUIET)
+def test_rank_matches_the_under_served_group_first(quiet_server):
+    server = quiet_server(PRIORITY__POLICY="rank")
     with server.client() as api:
         for group in ("over", "under"):
             put_group(api, group, 1000)
@@ -63,8 +62,8 @@ def test_rank_matches_the_under_served_group_first(server_factory, clean):
         assert drain(api) == ["under"] * 5 + ["over"] * 5
 
 
-def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(server_factory, clean):
-    server = server_factory(PRIORITY__POLICY="rank", **QUIET)
+def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(quiet_server):
+    server = quiet_server(PRIORITY__POLICY="rank")
     with server.client() as api:
         put_group(api, "normal", 1000)
         put_group(api, "parasitic", 0, level=1000)  # no share: a high level does not lift it
@@ -76,8 +75,8 @@ def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(server_factory
 
 
 @pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])
-def test_priority_classes_beat_every_policy(server_factory, clean, policy):
-    server = server_factory(PRIORITY__POLICY=policy, **QUIET)
+def test_priority_classes_beat_every_policy(quiet_server, policy):
+    server = quiet_server(PRIORITY__POLICY=policy)
     with server.client() as api:
         put_group(api, "big", 100_000, level=1000)
         put_group(api, "small", 1)
@@ -88,11 +87,11 @@ def test_priority_classes_beat_every_policy(server_factory, clean, policy):
         assert drain(api) == ["small"] * 2 + ["big"] * 3 + ["small"]
 
 
-def test_multifactor_older_jobs_overtake_newer_ones_as_they_age(server_factory, clean):
+def test_multifactor_older_jobs_overtake_newer_ones_as_they_age(quiet_server, clean):
     """Same entity, same CPU bucket: the newer queue's jobs carry user priority 5, the older
     queue's 1. Fresh, the user factor decides; backdated by half of max_age (the fake clock),
     the age factor (weight 1000 * 0.5) outweighs it (weight 100 * 0.4)."""
-    server = server_factory(PRIORITY__POLICY="multifactor", **QUIET)
+    server = quiet_server(PRIORITY__POLICY="multifactor")
     with server.client() as api:
         old = submit(api, "g", 3, owner="ann", sites=["S", "T"], user_priority=1)
         new = submit(api, "g", 3, owner="ann", user_priority=5)
@@ -118,8 +117,8 @@ def _backdate(conn, job_ids: list[int], days: float) -> None:
 
 
 @pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])
-def test_sprio_and_sshare_commands_explain_the_last_run(server_factory, clean, tmp_path, policy):
-    server = server_factory(PRIORITY__POLICY=policy, **QUIET)
+def test_sprio_and_sshare_commands_explain_the_last_run(quiet_server, tmp_path, policy):
+    server = quiet_server(PRIORITY__POLICY=policy)
     with server.client() as api:
         put_group(api, "g", 1000)
         submit(api, "g", 2, owner="ann")
