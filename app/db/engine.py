@@ -12,6 +12,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from app.db import sqlite_driver
+
 APPLICATION_NAME = "fairmatch"
 
 # Outages must turn into quick 503s, never into requests that hang: a
@@ -77,7 +79,9 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
     setting) for a PgBouncer in transaction mode. SQLite ignores it."""
     parsed = normalise_url(url)
     if is_sqlite(parsed):
-        engine = create_async_engine(parsed, connect_args={"timeout": 30})
+        positional, keywords = parsed.get_dialect()().create_connect_args(parsed)
+        opened_with = (positional, {**keywords, "timeout": 30})
+        engine = create_async_engine(parsed, async_creator=sqlite_driver.connector(opened_with))
         _make_sqlite_transactional(engine)
         return engine
     return create_async_engine(

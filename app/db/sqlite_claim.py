@@ -1,9 +1,9 @@
 """The claim on SQLite, run in the driver's worker thread in one go.
 
-aiosqlite runs the statements in a thread of its own, and through SQLAlchemy
-every step of a statement (cursor, execute, fetch, close) is a hop there and
-back: some thirty a claim, most of its time. Here the claim's statements run
-as one function in that thread, a single hop. Values cross with the column types'
+aiosqlite runs the statements in a thread of its own; each statement is a
+trip there and back (app/db/sqlite_driver.py), and a claim has eight of
+them. Here the claim's statements run as one function in that thread, a
+single trip. Values cross with the column types'
 own bind and result processors, so what is written and read back is exactly
 what SQLAlchemy would write and read.
 
@@ -24,6 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.sqlite_driver import OneTripConnection
 from app.db.tables import jobs
 
 SITE_LIMITED = "SELECT EXISTS (SELECT 1 FROM site_limits WHERE site = :site)"
@@ -134,10 +135,9 @@ async def claim_in_thread(
     codec = _CODECS.get(conn.dialect.name)
     if codec is None:
         codec = _CODECS[conn.dialect.name] = Codec(conn.dialect)
-    driver = (await conn.get_raw_connection()).driver_connection  # the aiosqlite connection
+    driver: OneTripConnection = (await conn.get_raw_connection()).driver_connection
     try:
-        # aiosqlite's own way into its thread (`_execute`, `_conn`): one hop for the claim
-        outcome = await driver._execute(_in_thread, driver._conn, codec.bind(params), named, draw, own_transaction)
+        outcome = await driver.on_thread(_in_thread, codec.bind(params), named, draw, own_transaction)
     except sqlite3.Error as exc:  # as SQLAlchemy would raise it: outages answer 503 as elsewhere
         raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
     return codec.row(outcome) if outcome["id"] is not None else outcome
