@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import sqlalchemy as sa
 
 from app.db import migrate
 from app.db.tables import metadata
+from tests.forked_server import ForkedServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 BACKENDS = [b.strip() for b in os.environ.get("FAIRMATCH_TEST_BACKENDS", "sqlite,postgresql").split(",") if b.strip()]
@@ -141,7 +141,7 @@ def free_port() -> int:
 @dataclass
 class Server:
     url: str
-    process: subprocess.Popen
+    process: ForkedServerProcess
     log_path: Path
     env: dict = field(default_factory=dict)
 
@@ -167,7 +167,8 @@ class Server:
 
 
 def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
-    """A real uvicorn on a free loopback port, ready when /readyz says so.
+    """A real uvicorn on a free loopback port, ready when /readyz says so; forked from a
+    process that has imported the service (tests/forked_server.py).
 
     `settings` are FAIRMATCH_* environment overrides, e.g. MATCHING__LOTTERY="dirac".
     """
@@ -181,11 +182,7 @@ def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
         **{f"FAIRMATCH_{k.upper()}": str(v) for k, v in settings.items()},
     }
     log_path = directory / f"server-{port}.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    process = ForkedServerProcess(env, port, log_path, REPO)
     server = Server(f"http://127.0.0.1:{port}", process, log_path, env)
     if wait_until_ready(server.url, process, seconds=30):
         return server
@@ -193,7 +190,7 @@ def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
     pytest.fail(f"server not ready within 30 s (exit {process.returncode}):\n{server.log()}", pytrace=False)
 
 
-def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 15) -> bool:
+def wait_until_ready(url: str, process: subprocess.Popen | ForkedServerProcess, seconds: float = 15) -> bool:
     """Poll /readyz until it answers 200; False if the process dies or time runs out."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and process.poll() is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -25,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import REPO, Server, start_server, wait_until_ready
+from tests.conftest import Server, start_server, wait_until_ready
 from tests.fault.cluster import PgCluster
 from tests.fault.pilots import REPORT_EVERY, Fleet, Pilot, read_logs
 
@@ -99,11 +98,8 @@ class Faults:
 
 
 def restart_on_same_port(server: Server) -> None:
-    """Start the server's command again, same port and environment."""
-    with server.log_path.open("ab") as log:
-        server.process = subprocess.Popen(
-            server.process.args, cwd=REPO, env=server.env, stdout=log, stderr=subprocess.STDOUT
-        )
+    """Start the server again, same port, environment and log."""
+    server.process = server.process.restarted()
     assert wait_until_ready(server.url, server.process, seconds=30), server.log()[-3000:]
 
 
