@@ -255,9 +255,10 @@ def server_factory(database, tmp_path) -> Iterator[Callable[..., Server]]:
 QUIET_SETTINGS = ("MATCHING__", "PRIORITY__POLICY")  # what a quiet server may set
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def quiet_servers() -> Iterator[dict[tuple, Server]]:
-    """The servers `quiet_server` started, by backend and settings; stopped at the end."""
+    """The servers `quiet_server` started, by backend and settings; stopped after the module
+    (its tests of one backend run together: an idle server still polls the database)."""
     started: dict[tuple, Server] = {}
     try:
         yield started
@@ -268,7 +269,7 @@ def quiet_servers() -> Iterator[dict[tuple, Server]]:
 
 @pytest.fixture
 def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[..., Server]:
-    """The session's server of this backend with these settings, started when first asked for.
+    """The module's server of this backend with these settings, started when first asked for.
 
     Only settings that change what a request does (`matching.*`, `priority.policy`), and
     the server's priority loop runs once, a second after its start (waited for here when
