@@ -58,6 +58,7 @@ from tests.conftest import (
     wait_until_ready,
 )
 from tests.conftest import TestDatabase as PgDatabase  # not a test class
+from tests.debian_tools import debian_tool
 
 FAIRMATCH = Path(sys.executable).with_name("fairmatch")  # the venv's console script
 POOL_SIZE = 4  # server connections per (database, user): far fewer than the service's clients
@@ -70,31 +71,6 @@ LOST_PREPARED_STATEMENT = re.compile(r'prepared statement \\?"_pg3_\d+\\?" (does
 
 
 # --- PgBouncer ------------------------------------------------------------------------
-
-
-def pgbouncer_binary() -> str:
-    """The pgbouncer executable; installed with apt-get when missing. A failure fails the test."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
-    found = shutil.which("pgbouncer", path=path)
-    if found:
-        return found
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    attempts = []
-    for command in (["apt-get", "install", "-y", "pgbouncer"],
-                    ["apt-get", "update"],
-                    ["apt-get", "install", "-y", "pgbouncer"]):  # fmt: skip
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            pytest.fail(f"cannot install pgbouncer: {' '.join(command)}: {exc}", pytrace=False)
-        attempts.append(f"$ {' '.join(command)} (exit {done.returncode})\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-        if command[1] == "install" and done.returncode == 0:
-            break
-    found = shutil.which("pgbouncer", path=path)
-    if not found:
-        pytest.fail("pgbouncer is not installed and apt-get could not install it:\n" + "\n".join(attempts),
-                    pytrace=False)  # fmt: skip
-    return found
 
 
 @dataclass
@@ -204,7 +180,7 @@ def pg_database() -> Iterator[PgDatabase]:
 @pytest.fixture(scope="module")
 def bouncer_factory(pg_database) -> Iterator[Callable[[], PgBouncer]]:
     """Start pgbouncers for the module's database; all stopped at the end of the module."""
-    binary = pgbouncer_binary()
+    binary = debian_tool("pgbouncer")
     started: list[PgBouncer] = []
     directories: list[Path] = []
 

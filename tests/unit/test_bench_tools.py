@@ -21,6 +21,7 @@ from bench import pilots, references, run_env
 from bench.run_match import lean_comparison
 from bench.run_plan import Plan
 from bench.run_report import markdown, targets
+from tests.debian_tools import debian_tool
 
 # Captured from `pgbench -n -M prepared -c 4 -j 2 -T 2 -f bench/references/bare_claim.sql`.
 PGBENCH_OUTPUT = """\
@@ -297,8 +298,8 @@ class _StatusHandler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
 def test_wrk_counts_statuses_across_threads(tmp_path):
+    debian_tool("wrk")  # installed with apt-get when missing
     resources = tmp_path / "resources.jsonl"
     pilots.write_resources([{"Site": s, "CPUTime": 3600} for s in ("A", "B", "C")], resources)
     server = _StatusServer()
@@ -342,10 +343,10 @@ def _seed(db, jobs: int) -> None:
     engine.dispose()
 
 
-@pytest.mark.skipif(shutil.which("pgbench") is None, reason="pgbench is not installed")
 def test_references_run_on_postgresql(clean):
     if clean.backend != "postgresql":
         pytest.skip("pgbench needs PostgreSQL")
+    debian_tool("pgbench", "postgresql-contrib")  # beside the server, or installed with apt-get
     _seed(clean, jobs=40)
     legacy = references.legacy_dirac(clean.url, clients=8, seconds=1, pilots=[
         {"Site": "LCG.A.xx", "CPUTime": 7200, "Platform": "x86_64-el9"},
