@@ -136,13 +136,14 @@ class Service:
 
     def _ready(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(f"{self.root}/readyz", timeout=1).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        with httpx.Client(timeout=1, verify=False) as client:  # plain http on loopback: no TLS context
+            while time.monotonic() < deadline and self.process.poll() is None:
+                try:
+                    if client.get(f"{self.root}/readyz").status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
         return False
 
     def stop(self) -> None:
