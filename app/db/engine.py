@@ -154,14 +154,28 @@ class RequestConnections:
 
 @asynccontextmanager
 async def read_transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
-    """A transaction that only reads: on SQLite a deferred BEGIN, so readers
-    do not queue behind the write lock."""
-    await conn.execution_options(fairmatch_read_only=True)
+    """A transaction that only reads.
+
+    SQLite: a deferred BEGIN, so readers do not queue behind the write lock, and the
+    reads share one snapshot. PostgreSQL: autocommit, no BEGIN and COMMIT. Under READ
+    COMMITTED every statement takes its own snapshot whether or not a transaction
+    wraps it, and these reads take no locks, so the wrapping bought nothing but two
+    round trips.
+    """
+    reading, writing = _read_options(conn)
+    await conn.execution_options(**reading)
     try:
         async with conn.begin():
             yield conn
     finally:
-        await conn.execution_options(fairmatch_read_only=False)
+        await conn.execution_options(**writing)
+
+
+def _read_options(conn: AsyncConnection) -> tuple[dict, dict]:
+    """The execution options that make `conn` read as `read_transaction` says, and those that undo it."""
+    if conn.dialect.name == "sqlite":
+        return {"fairmatch_read_only": True}, {"fairmatch_read_only": False}
+    return {"isolation_level": "AUTOCOMMIT"}, {"isolation_level": conn.default_isolation_level}
 
 
 async def ping(engine: AsyncEngine) -> None:
