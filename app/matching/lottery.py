@@ -12,8 +12,10 @@ n separate jobs would in DIRAC's per-job draw.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +23,22 @@ import numpy as np
 from app.settings import Lottery
 
 _GAUSS_NODES = 96
+# one generator whose state each dirac draw sets from its caller's `random.Random`
+_PCG = np.random.PCG64(0)
+_GENERATOR = np.random.Generator(_PCG)
+_PCG_LOCK = threading.Lock()
+
+
+def _uniforms(rng: random.Random, size: int) -> np.ndarray:
+    """`size` uniform draws in (0, 1], a function of `rng`'s state alone.
+
+    numpy's generator is seeded from `rng` by setting the state of one PCG64 (2 us);
+    seeding a new generator each draw hashed the seed and cost more than the draw.
+    """
+    state = {"state": rng.getrandbits(128), "inc": rng.getrandbits(128) | 1}
+    with _PCG_LOCK:
+        _PCG.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
+        return 1.0 - _GENERATOR.random(size)
 
 
 def _uniform(rng: random.Random) -> float:
@@ -58,7 +76,7 @@ def draw(
         index = int(np.searchsorted(cumulative, _uniform(rng) * cumulative[-1], side="left"))
         return min(index, w.size - 1)
     # dirac: the first of n uniforms is 1-(1-U)^(1/n) (U and 1-U are alike); smallest U/w wins
-    u = 1.0 - np.random.default_rng(rng.getrandbits(64)).random(w.size)  # in (0, 1]
+    u = _uniforms(rng, w.size)
     with np.errstate(divide="ignore"):
         keys = np.where(positive, (1.0 - u ** (1.0 / n)) / np.where(positive, w, 1.0), np.inf)
     return int(np.argmin(keys))
@@ -109,8 +127,10 @@ def _dirac_probabilities(weights: Sequence[float]) -> list[float]:
     return [p / norm for p in probs]
 
 
+@functools.cache
 def _gauss_legendre(n: int) -> tuple[list[float], list[float]]:
-    """Nodes and weights on [0, 1] (Newton iteration on Legendre polynomials)."""
+    """Nodes and weights on [0, 1] (Newton iteration on Legendre polynomials; computed once,
+    it takes milliseconds)."""
     nodes, weights = [], []
     for k in range(1, n + 1):
         x = math.cos(math.pi * (k - 0.25) / (n + 0.5))
