@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from app.db import migrate
 from app.db.tables import metadata
+from bench.run_env import wait_until_ready  # also imported from here by the test modules
 from tests.forked_server import ForkedServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,21 +189,6 @@ def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
         return server
     server.stop()
     pytest.fail(f"server not ready within 30 s (exit {process.returncode}):\n{server.log()}", pytrace=False)
-
-
-def wait_until_ready(url: str, process: subprocess.Popen | ForkedServerProcess, seconds: float = 15) -> bool:
-    """Poll /readyz until it answers 200; False if the process dies or time runs out."""
-    deadline = time.monotonic() + seconds
-    # one client, no TLS context (plain http on loopback): making one per poll cost ~30 ms of CPU
-    with httpx.Client(timeout=1, verify=False) as client:
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                if client.get(f"{url}/readyz").status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    return False
 
 
 def servers_of(databases: PerBackend, tmp_path_factory, name: str, **settings: str) -> Iterator[PerBackend]:
