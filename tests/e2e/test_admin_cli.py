@@ -1,7 +1,7 @@
 """The admin commands of `fairmatch` (jobs, groups, limits, recompute, status) against real servers.
 
 Commands run through the console script's `main()` in this process
-(tests/e2e/in_process.py: their own environment, directory, stdin and piped
+(tests/in_process.py: their own environment, directory, stdin and piped
 output, so they print the server's JSON; test_cli.py runs the installed script
 itself); tables, progress bars and paging are checked with CliRunner, where
 `stdout_is_tty`, `stderr_is_tty` and the sizes can be replaced. Token-mode
@@ -22,8 +22,8 @@ from app.cli import cli, render
 from app.cli import jobs as job_commands
 from tests.conftest import Server
 from tests.e2e.conftest import TOKEN_SETTINGS
-from tests.e2e.in_process import run_fairmatch
 from tests.e2e.test_cli import assert_failed, get_job, submit_via_api, succeeded, unreachable_url
+from tests.in_process import run_fairmatch
 
 JOB = {"owner": "alice", "owner_group": "g", "sites": ["S1"], "cpu_time": 3600}
 OTHER = {"owner": "bob", "owner_group": "h", "sites": ["S1"], "cpu_time": 3600}

@@ -19,8 +19,8 @@ from app.auth.tokens import Role, create_token
 from app.settings import AuthSettings
 from tests.conftest import REPO, start_server
 from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
-from tests.e2e.in_process import run_fairmatch
 from tests.e2e.problems import assert_problem
+from tests.in_process import run_fairmatch
 
 SECRET = TOKEN_SECRET
 HS256 = TOKEN_SETTINGS  # the session's token-mode server (tests/e2e/conftest.py) checks these

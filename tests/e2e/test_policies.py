@@ -12,7 +12,7 @@ from rich.console import Console
 from app.cli.priorities import sprio_table, sshare_table
 from app.clock import utcnow
 from app.db.tables import jobs
-from tests.e2e.in_process import run_fairmatch
+from tests.in_process import run_fairmatch
 
 PILOT = {"Site": "S", "CPUTime": 10**6}
 

@@ -14,8 +14,8 @@ import pytest
 
 from app.auth.tokens import Role, create_token
 from tests.e2e.conftest import TOKEN_SETTINGS
-from tests.e2e.in_process import run_fairmatch
 from tests.e2e.test_cli import succeeded
+from tests.in_process import run_fairmatch
 
 SCENARIO = """
 [simulation]

@@ -19,9 +19,9 @@ import pytest
 
 from app.simulation.run import Simulation
 from app.simulation.scenario import ScenarioError, parse
+from tests.in_process import run_fairmatch
 
 ROOT = Path(__file__).resolve().parents[2]
-FAIRMATCH = [sys.executable, "-m", "app.cli"]
 SHARE_TOLERANCE = 0.02
 
 
@@ -180,9 +180,10 @@ def test_a_bad_scenario_is_named_in_one_line(change, message):
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`fairmatch simulate ARGS` through the console script's main(), in this process
+    (tests/e2e/test_cli.py runs the installed script itself)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
-    return subprocess.run([*FAIRMATCH, "simulate", *args], cwd=cwd, env={**env, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return run_fairmatch("simulate", *args, env=env, cwd=cwd)
 
 
 BAD_FILES = {
