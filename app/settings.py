@@ -326,7 +326,10 @@ class PrioritySettings(Section):
         "dirac", description="How task-queue priorities are computed."
     )
     interval_seconds: float = Field(
-        120, gt=0, description="How often the priority loop recomputes every TQ (DIRAC: 120 s)."
+        120,
+        gt=0,
+        description="How often the priority loop folds the logged charges into usage and recomputes every TQ "
+        "(DIRAC: 120 s); usage seen by the policies and sshare lags a charge by at most this.",
     )
     tq_weight: Literal["avg", "sum"] = Field(
         "avg",

@@ -4,8 +4,14 @@ A finished job (Done or Failed) that reports `cpu_seconds` is charged
 `cpu_seconds * accounting.cpu_weight` to its association, (account, user)
 with the account defaulting to the job's owner group, and to every ancestor
 account up to the root, so that each node of the tree holds the usage of its
-whole subtree (what the fair-share formulas compare). Each charge is also
-logged in `usage_charges` for windowed usage (the rank policy) and audits.
+whole subtree (what the fair-share formulas compare).
+
+A charge is written once, as a row of the charge log (`usage_charges`), in
+the transaction that finishes the job: a report never reads nor locks the
+totals, so finishing jobs never wait on one another. The totals are folded
+from the log later, by one writer at a time, each charge decayed from its
+own time: the folded totals are exactly what charging each job in turn
+would have given. The log also serves windowed usage (the rank policy).
 
 Stored usage is never rewritten by a timer. A row holds the value it had at
 `updated_at`; whoever reads or charges it applies the decay
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from app.clock import as_utc
 from app.settings import AccountingSettings
@@ -32,6 +38,23 @@ Node = tuple[str, str]  # (account, user); user '' is the account itself
 
 CHARGED_STATUSES = frozenset({"Done", "Failed"})
 SECONDS_PER_DAY = 86400.0
+
+
+class Total(NamedTuple):
+    """One node's stored usage: its value at `updated_at`, accumulated since `period_start`."""
+
+    usage: float
+    updated_at: datetime
+    period_start: datetime
+
+
+class Charge(NamedTuple):
+    """One logged charge, as folding needs it."""
+
+    charged_at: datetime
+    account: str
+    owner: str
+    amount: float
 
 
 class WindowedUsage(NamedTuple):
@@ -115,25 +138,45 @@ def path_to_root(account: str, user: str, parents: dict[str, str]) -> list[Node]
 # --- charging ---------------------------------------------------------------------------
 
 
-def after_charge(
-    usage: float, updated_at: datetime, started: datetime, amount: float, now: datetime,
-    accounting: AccountingSettings,
-) -> tuple[float, datetime, datetime]:
-    """A stored row's (usage, updated_at, period_start) once `amount` is added at `now`:
-    what was there decays (or resets) first."""
-    current = value_at(usage, updated_at, started, now, accounting)
-    if is_reset(started, now, accounting.reset):
-        started = now  # what was there belonged to an earlier period: accumulate afresh
-    # a clock behind the last writer's must not make the stored age go backwards
-    return current + amount, max(updated_at, now), started
+def after_charge(total: Total | None, amount: float, at: datetime, accounting: AccountingSettings) -> Total:
+    """A node's total once `amount`, charged at `at`, is added (a missing row starts empty at `at`).
+
+    What was there decays (or resets) to `at` first. A charge older than the
+    row (folded after a later one) is decayed to the row's time instead, so
+    the order charges are folded in never changes the value."""
+    if total is None:
+        return Total(amount, at, at)
+    usage, updated_at, started = total
+    if at < updated_at:
+        if is_reset(at, updated_at, accounting.reset):
+            return total  # it belonged to a period already over at the row's time
+        elapsed = (updated_at - at).total_seconds()
+        return Total(usage + amount * decay_factor(elapsed, accounting.half_life_days), updated_at, started)
+    current = value_at(usage, updated_at, started, at, accounting)
+    if is_reset(started, at, accounting.reset):
+        started = at  # what was there belonged to an earlier period: accumulate afresh
+    return Total(current + amount, at, started)
+
+
+def fold(
+    totals: dict[Node, Total], charges: Iterable[Charge], parents: dict[str, str], accounting: AccountingSettings
+) -> set[Node]:
+    """Add `charges` to `totals` in place, each to its association and every ancestor
+    (`path_to_root` over `parents`), oldest first; returns the nodes changed."""
+    changed: set[Node] = set()
+    for charge in sorted(charges, key=lambda c: c.charged_at):
+        for node in dict.fromkeys(path_to_root(charge.account, charge.owner, parents)):
+            totals[node] = after_charge(totals.get(node), charge.amount, charge.charged_at, accounting)
+            changed.add(node)
+    return changed
 
 
 # --- reading ----------------------------------------------------------------------------
 
 
-def current_usage(rows: Iterable[Any], now: datetime, accounting: AccountingSettings) -> dict[Node, float]:
-    """usage_totals rows as of `now` (decayed, reset-aware)."""
+def current_usage(totals: dict[Node, Total], now: datetime, accounting: AccountingSettings) -> dict[Node, float]:
+    """Every node's usage as of `now` (decayed, reset-aware)."""
     return {
-        (r.account, r.user): value_at(r.usage, as_utc(r.updated_at), as_utc(r.period_start), now, accounting)
-        for r in rows
+        node: value_at(t.usage, as_utc(t.updated_at), as_utc(t.period_start), now, accounting)
+        for node, t in totals.items()
     }

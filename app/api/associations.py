@@ -88,7 +88,7 @@ GET_CONTENT: dict[int | str, dict[str, Any]] = {
     openapi_extra=PUT_BODY,
     summary="Replace the association tree with a sacctmgr dump (admin)",
 )
-async def put_associations(request: Request, caller: Admin, conn: Connection) -> dict:
+async def put_associations(request: Request, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
     """The whole tree is replaced, or nothing changes: a dump with any wrong line is
     refused with 422, naming each offending line."""
     text = _dump_text(await request.body(), request.headers.get("content-type"))
@@ -97,7 +97,7 @@ async def put_associations(request: Request, caller: Admin, conn: Connection) ->
         rows = await run_in_threadpool(parse_sacctmgr, text)
     except AssociationError as exc:
         raise InvalidInput(str(exc), errors=_line_errors(exc)) from None
-    return {"associations": await accounting.replace_associations(conn, rows)}
+    return {"associations": await accounting.replace_associations(conn, rows, settings)}
 
 
 @router.get(

@@ -9,15 +9,16 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, text, update
 
 from app.accounting.associations import Association
-from app.accounting.usage import Node, WindowedUsage, after_charge
+from app.accounting.usage import Charge, Node, Total, WindowedUsage
 from app.clock import as_utc
 from app.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from app.db.tables import associations, usage_charges, usage_totals
-from app.settings import AccountingSettings
+
+FOLD_LOCK = 7_100_003  # beside the priority loop's and the sampler's advisory locks
 
 
 class AccountingDB(AreaDB):
-    """Charged usage (decayed totals and the log of charges) and the imported association tree."""
+    """Charged usage (the log of charges and the totals folded from it) and the imported association tree."""
 
     async def account_parents(self) -> dict[str, str]:
         """Every account of the tree and its parent ('' at the root)."""
@@ -26,39 +27,52 @@ class AccountingDB(AreaDB):
         )
         return {account: parent for account, parent in rows}
 
-    async def add_usage(self, node: Node, amount: float, now: datetime, accounting: AccountingSettings) -> None:
-        """Add `amount` to one node's usage, decaying (or resetting) what was there."""
-        # The row is created if missing, then locked and rewritten: a lock, not an
-        # arithmetic upsert, because the new value depends on the old row's age.
-        # Callers take nodes in sorted order, so concurrent charges never deadlock.
-        account, user = node
-        await self.conn.execute(
-            self.insert_ignoring_conflicts(usage_totals, "account", "user").values(
-                account=account, user=user, usage=0.0, updated_at=now, period_start=now
-            )
-        )
-        key = (usage_totals.c.account == account, usage_totals.c.user == user)
-        row = (
-            await self.conn.execute(
-                select(usage_totals.c.usage, usage_totals.c.updated_at, usage_totals.c.period_start)
-                .where(*key)
-                .with_for_update()
-            )
-        ).one()
-        usage, updated_at, started = after_charge(
-            row.usage, as_utc(row.updated_at), as_utc(row.period_start), amount, now, accounting
-        )
-        await self.conn.execute(
-            update(usage_totals).where(*key).values(usage=usage, updated_at=updated_at, period_start=started)
-        )
-
     async def log_charge(self, charge: dict[str, Any]) -> None:
-        """One row of the charge log (usage_charges columns)."""
+        """Append one charge (usage_charges columns): a plain insert, no lock on anything shared."""
         await self.conn.execute(insert(usage_charges).values(**charge))
 
-    async def totals(self) -> list[Any]:
+    async def lock_totals(self, wait: bool) -> bool:
+        """The right to fold, one writer at a time, until the transaction ends; without
+        `wait`, False when another transaction holds it."""
+        if wait:
+            await self.leader_lock(FOLD_LOCK)
+            return True
+        return await self.try_leader_lock(FOLD_LOCK)
+
+    async def take_pending(self, now: datetime) -> list[Charge]:
+        """Mark every committed charge not yet folded as folded at `now`; return them.
+
+        A charge whose transaction commits meanwhile is not seen, and stays for the next fold."""
+        c = usage_charges.c
+        rows = await self.conn.execute(
+            update(usage_charges)
+            .where(c.folded_at.is_(None))
+            .values(folded_at=now)
+            .returning(c.charged_at, c.account, c.owner, c.charge)
+        )
+        return [Charge(as_utc(at), account, owner, amount) for at, account, owner, amount in rows]
+
+    async def totals(self) -> dict[Node, Total]:
         """Every usage_totals row, as stored (undecayed)."""
-        return (await self.conn.execute(select(usage_totals))).all()
+        rows = await self.conn.execute(select(usage_totals))
+        return {(r.account, r.user): Total(r.usage, as_utc(r.updated_at), as_utc(r.period_start)) for r in rows}
+
+    async def write_totals(self, totals: dict[Node, Total]) -> None:
+        """Insert or replace these nodes' rows."""
+        if not totals:
+            return
+        stmt = self.insert_module.insert(usage_totals)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["account", "user"],
+            set_={"usage": stmt.excluded.usage, "updated_at": stmt.excluded.updated_at,
+                  "period_start": stmt.excluded.period_start},
+        )  # fmt: skip
+        values = [
+            {"account": account, "user": user, "usage": t.usage, "updated_at": t.updated_at,
+             "period_start": t.period_start}
+            for (account, user), t in sorted(totals.items())
+        ]  # fmt: skip
+        await self.conn.execute(stmt, values)
 
     async def windowed_usage(self, since: datetime) -> list[WindowedUsage]:
         """Undecayed charges since `since`, summed per (vo, owner_group, owner)."""
@@ -72,8 +86,9 @@ class AccountingDB(AreaDB):
         return [WindowedUsage(vo, group, owner, float(total)) for vo, group, owner, total in rows]
 
     async def prune_charges(self, before: datetime) -> int:
-        """Delete charges logged before `before`; how many went."""
-        result = await self.conn.execute(delete(usage_charges).where(usage_charges.c.charged_at < before))
+        """Delete folded charges logged before `before`; how many went."""
+        c = usage_charges.c
+        result = await self.conn.execute(delete(usage_charges).where(c.charged_at < before, c.folded_at.isnot(None)))
         return result.rowcount
 
     async def replace_associations(self, rows: Sequence[Association]) -> int:

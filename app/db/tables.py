@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
@@ -269,7 +270,8 @@ usage_totals = Table(
     Column("period_start", DateTime(timezone=True), nullable=False),
 )
 
-# Every charge, for windowed usage (the rank policy) and audits.
+# Every charge: appended by the report that finishes a job, folded into usage_totals
+# later (folded_at set in the same transaction), read for windowed usage (the rank policy).
 usage_charges = Table(
     "usage_charges",
     metadata,
@@ -281,6 +283,10 @@ usage_charges = Table(
     Column("owner", String(NAME), nullable=False),
     Column("account", String(NAME), nullable=False),
     Column("charge", Float, nullable=False),
+    Column("folded_at", DateTime(timezone=True)),  # NULL until added to usage_totals
+    # the fold reads only what waits: an index as small as one interval's charges
+    Index("ix_usage_charges_pending", "id", postgresql_where=text("folded_at IS NULL"),
+          sqlite_where=text("folded_at IS NULL")),  # fmt: skip
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 

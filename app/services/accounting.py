@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.accounting.associations import Association
-from app.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, path_to_root
+from app.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, fold
 from app.db.accounting import AccountingDB
+from app.clock import utcnow
 from app.db.engine import read_transaction
 from app.settings import AccountingSettings, Settings
 
@@ -26,51 +27,76 @@ def _job_field(job_row: Any, name: str) -> Any:
 async def charge(
     conn: AsyncConnection, job_row: Any, now: datetime, settings: Settings | AccountingSettings
 ) -> float:
-    """Charge a finished job's CPU to its association and all ancestors; returns the charge.
+    """Log a finished job's charge; returns it.
 
     Call inside the transaction that made the job Done or Failed, so the
-    charge commits (or rolls back) with the transition. A job without
-    `cpu_seconds`, or in another state, charges nothing.
+    charge commits (or rolls back) with the transition: a job is charged
+    exactly once. Only a row is appended: the totals are folded from the log
+    later (`fold_charges`). A job without `cpu_seconds`, or in another
+    state, charges nothing.
     """
     accounting = _accounting(settings)
     cpu_seconds = _job_field(job_row, "cpu_seconds")
     if _job_field(job_row, "status") not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
         return 0.0
     amount = charge_of(cpu_seconds, accounting)
-    owner, group = _job_field(job_row, "owner"), _job_field(job_row, "owner_group")
-    account = _job_field(job_row, "account") or group
-    db = AccountingDB.of(conn)
-    for node in sorted(set(path_to_root(account, owner, await db.account_parents()))):
-        await db.add_usage(node, amount, now, accounting)
-    await db.log_charge({
+    group = _job_field(job_row, "owner_group")
+    await AccountingDB.of(conn).log_charge({
         "charged_at": now, "job_id": _job_field(job_row, "id"), "vo": _job_field(job_row, "vo"),
-        "owner_group": group, "owner": owner, "account": account, "charge": amount,
+        "owner_group": group, "owner": _job_field(job_row, "owner"),
+        "account": _job_field(job_row, "account") or group, "charge": amount,
     })  # fmt: skip
     return amount
+
+
+async def fold_charges(conn: AsyncConnection, settings: Settings | AccountingSettings, *, wait: bool) -> int | None:
+    """Fold the charges logged since the last fold into the usage totals, in one transaction.
+
+    One writer at a time: without `wait`, None when another process is
+    folding (it takes what is there). Returns how many charges were folded.
+    """
+    async with conn.begin():
+        return await _fold(AccountingDB.of(conn), _accounting(settings), wait=wait)
+
+
+async def _fold(db: AccountingDB, accounting: AccountingSettings, *, wait: bool) -> int | None:
+    if not await db.lock_totals(wait):
+        return None
+    pending = await db.take_pending(utcnow())
+    if pending:
+        totals = await db.totals()
+        changed = fold(totals, pending, await db.account_parents(), accounting)
+        await db.write_totals({node: totals[node] for node in changed})
+    return len(pending)
 
 
 async def read_usage(
     conn: AsyncConnection, now: datetime, settings: Settings | AccountingSettings
 ) -> dict[Node, float]:
-    """Every node's usage as of `now`: {(account, user): usage}, user '' for accounts.
+    """Every node's folded usage as of `now`: {(account, user): usage}, user '' for accounts.
     Inside the caller's transaction."""
     return current_usage(await AccountingDB.of(conn).totals(), now, _accounting(settings))
 
 
 async def prune_charges(conn: AsyncConnection, before: datetime) -> int:
-    """Forget charges older than any window that reads them (totals keep their decayed sums)."""
+    """Forget folded charges older than any window that reads them (totals keep their decayed sums)."""
     async with conn.begin():
         return await AccountingDB.of(conn).prune_charges(before)
 
 
-async def replace_associations(conn: AsyncConnection, rows: Sequence[Association]) -> int:
+async def replace_associations(
+    conn: AsyncConnection, rows: Sequence[Association], settings: Settings | AccountingSettings
+) -> int:
     """Make `rows` (already validated) the whole tree, in one transaction; returns their number.
 
     Readers see the old tree or the new one, never a mix; concurrent
-    replacements are serialised.
+    replacements are serialised. Charges logged before are folded first,
+    up the tree they were made under.
     """
     async with conn.begin():
-        return await AccountingDB.of(conn).replace_associations(rows)
+        db = AccountingDB.of(conn)
+        await _fold(db, _accounting(settings), wait=True)
+        return await db.replace_associations(rows)
 
 
 async def load_associations(conn: AsyncConnection) -> list[Association]:

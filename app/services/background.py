@@ -34,8 +34,12 @@ def runner_name() -> str:
 
 
 async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, first_delay: float | None = None) -> None:
+    """`step` at a fixed rate: each starts `seconds` after the previous one started (at once
+    when a step took longer), so a bound such as usage's lag is one interval."""
     await asyncio.sleep(seconds if first_delay is None else first_delay)
+    loop = asyncio.get_running_loop()
     while True:
+        started = loop.time()
         try:
             async with engine.connect() as conn:
                 done = await step(conn)
@@ -45,7 +49,7 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
             log.warning("%s failed: %s", name, type(exc.orig or exc).__name__)
         except Exception:  # anything else is a bug worth its traceback; keep going anyway
             log.exception("%s failed", name)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(max(0.0, started + seconds - loop.time()))
 
 
 async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:

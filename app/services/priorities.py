@@ -325,8 +325,11 @@ async def recompute(
     runner: str,
     scheduled: bool,
 ) -> dict[str, Any] | None:
-    """Recompute every TQ's priority. Scheduled runs give way to a concurrent or recent
-    run (None); a forced run waits for the lock and always runs."""
+    """Fold the charges logged since the last run into the usage totals, then recompute
+    every TQ's priority. Scheduled runs give way to a concurrent or recent run (None) but
+    fold all the same, so usage lags its charges by at most an interval; a forced run
+    waits for the locks and always runs."""
+    await accounting.fold_charges(conn, settings, wait=not scheduled)
     async with conn.begin():
         db = PriorityDB.of(conn)
         if scheduled:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from app.accounting.associations import Association
-from app.accounting.usage import Node, WindowedUsage, after_charge, charge_of, current_usage, path_to_root
+from app.accounting.usage import Charge, Node, Total, WindowedUsage, charge_of, current_usage, fold
 from app.jobs.classes import JobClass
 from app.jobs.models import JobSpec
 from app.jobs.submission import requirements_key, requirements_of
@@ -59,16 +59,6 @@ class Queue:
         return min(runs[0][0] for level, runs in self.levels.items() if self.counts[level])
 
 
-class UsageRow(NamedTuple):
-    """A usage_totals row."""
-
-    account: str
-    user: str
-    usage: float
-    updated_at: datetime
-    period_start: datetime
-
-
 class Running(NamedTuple):
     ends: float
     order: int
@@ -91,7 +81,7 @@ class World:
         self.running: list[Running] = []  # a heap by end time
         self.running_per: dict[tuple[str, str], int] = {}  # (group, owner) -> running jobs
         self._order = 0
-        self._usage: dict[Node, UsageRow] = {}
+        self._usage: dict[Node, Total] = {}
         # running-job history: sample times, and per (group, owner) the running counts summed so far
         self._sample_times: list[float] = []
         self._sampled: dict[tuple[str, str], list[int]] = {}
@@ -160,15 +150,8 @@ class World:
         return done
 
     def _charge(self, who: Submitter, amount: float, seconds: float) -> None:
-        now = self.at(seconds)
-        for node in path_to_root(who.account, who.owner, self._parents):
-            row = self._usage.get(node)
-            if row is None:
-                row = UsageRow(node[0], node[1], 0.0, now, now)
-            usage, updated, started = after_charge(
-                row.usage, row.updated_at, row.period_start, amount, now, self.settings.accounting
-            )
-            self._usage[node] = UsageRow(node[0], node[1], usage, updated, started)
+        charge = Charge(self.at(seconds), who.account, who.owner, amount)
+        fold(self._usage, [charge], self._parents, self.settings.accounting)
         key = (who.vo, who.owner_group, who.owner)
         times, sums = self._charge_times.setdefault(key, []), self._charged.setdefault(key, [])
         times.append(seconds)
@@ -281,7 +264,7 @@ class Inputs:
         return {name: g["job_share"] for name, g in self.groups.items()}
 
     async def usage(self, now: datetime) -> dict[Node, float]:
-        return current_usage(self.world._usage.values(), now, self.world.settings.accounting)
+        return current_usage(self.world._usage, now, self.world.settings.accounting)
 
     async def group_levels(self) -> dict[str, int]:
         return {name: g["priority"] for name, g in self.groups.items()}

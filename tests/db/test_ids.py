@@ -72,6 +72,7 @@ async def test_a_pruned_usage_charge_never_lends_its_id_to_the_next_charge(engin
     async with engine.connect() as conn:
         world = World(conn, settings, seed=1)
         [first] = await finish_one(world, "alice")
+        assert await accounting.fold_charges(conn, settings, wait=True) == 1  # only folded charges are pruned
         assert await accounting.prune_charges(conn, utcnow() + timedelta(days=1)) == 1
         [second] = await finish_one(world, "bob")
         assert second > first

@@ -99,7 +99,7 @@ async def service(settings, monkeypatch) -> AsyncIterator[Callable[..., Any]]:
         opened.append((engine, conn))
         await groups.create_missing(conn, changed.groups)
         if tree:
-            await accounting.replace_associations(conn, parse_sacctmgr(TREE))
+            await accounting.replace_associations(conn, parse_sacctmgr(TREE), changed)
         return World(conn, changed, seed=1), clock
 
     yield make
@@ -144,6 +144,7 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
             await jobs.report_status(world.conn, job_id, StatusUpdate(status="Done", cpu_seconds=runtime),
                                      world.settings)  # fmt: skip
     clock.at(DECIDED_AT)
+    await accounting.fold_charges(world.conn, world.settings, wait=True)  # as a priority run starts
     async with read_transaction(world.conn):
         rows = await PriorityDB.of(world.conn).waiting_loads()
         inputs = priorities.DatabaseInputs(world.conn, world.settings)

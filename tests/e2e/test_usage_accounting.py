@@ -35,7 +35,9 @@ def run_job(
     return job_id
 
 
-def totals(db) -> dict[tuple[str, str], float]:
+def totals(db, client: httpx.Client) -> dict[tuple[str, str], float]:
+    """usage_totals once a forced priority run has folded every logged charge."""
+    assert client.post("/priorities/recompute").status_code == 200
     engine = db.engine()
     with engine.connect() as conn:
         rows = conn.execute(sa.text('SELECT account, "user", usage FROM usage_totals')).all()
@@ -56,7 +58,7 @@ def charges(db) -> list[tuple]:
 def test_done_charges_the_user_its_account_and_every_ancestor(client, clean):
     import_tree(client)
     job_id = run_job(client, "alice", "theory", cpu_seconds=120.0, wall_seconds=150.0)
-    assert totals(clean) == {
+    assert totals(clean, client) == {
         ("theory", "alice"): 120.0,
         ("theory", ""): 120.0,
         ("physics", ""): 120.0,
@@ -69,7 +71,7 @@ def test_failed_jobs_are_charged_too_and_the_charges_add_up(client, clean):
     import_tree(client)
     run_job(client, "alice", "theory", cpu_seconds=100.0)
     run_job(client, "alice", "theory", final="Failed", cpu_seconds=50.0)
-    used = totals(clean)
+    used = totals(clean, client)
     for node in (("theory", "alice"), ("theory", ""), ("physics", ""), ("root", "")):
         assert used[node] == pytest.approx(150.0, rel=1e-6)  # seconds apart: decay is negligible
 
@@ -85,7 +87,7 @@ def test_a_job_outside_the_tree_is_refused_naming_account_and_user(client, clean
     assert client.get("/jobs").json()["jobs"] == []  # all or nothing
     r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "g", "account": "nowhere"}]})
     assert "account 'nowhere' and user 'alice'" in assert_problem(r, 422)["detail"]
-    assert totals(clean) == {}
+    assert totals(clean, client) == {}
 
 
 def test_a_job_names_its_account_and_is_charged_there_and_above(client, clean):
@@ -93,7 +95,7 @@ def test_a_job_names_its_account_and_is_charged_there_and_above(client, clean):
     import_tree(client)
     job_id = run_job(client, "alice", "lhcb_user", account="theory", cpu_seconds=20.0)
     assert client.get(f"/jobs/{job_id}").json()["account"] == "theory"
-    used = totals(clean)
+    used = totals(clean, client)
     assert {node: used[node] for node in used if used[node]} == {
         ("theory", "alice"): pytest.approx(20.0), ("theory", ""): pytest.approx(20.0),
         ("physics", ""): pytest.approx(20.0), ("root", ""): pytest.approx(20.0),
@@ -109,7 +111,7 @@ def test_no_cpu_seconds_and_killed_jobs_charge_nothing(client, clean):
     r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "theory"}]})
     killed = r.json()["jobs"][0]["job_id"]
     assert client.delete(f"/jobs/{killed}").status_code == 200
-    assert totals(clean) == {} and charges(clean) == []
+    assert totals(clean, client) == {} and charges(clean) == []
 
 
 def test_a_refused_transition_charges_nothing(client, clean):
@@ -117,7 +119,7 @@ def test_a_refused_transition_charges_nothing(client, clean):
     job_id = run_job(client, "alice", "theory", cpu_seconds=10.0)
     r = client.post(f"/jobs/{job_id}/status", json={"status": "Done", "cpu_seconds": 999.0})
     assert r.status_code == 409
-    assert totals(clean)[("theory", "alice")] == 10.0
+    assert totals(clean, client)[("theory", "alice")] == 10.0
     assert len(charges(clean)) == 1
 
 
@@ -141,4 +143,4 @@ def test_sshare_associations_prints_every_association(client, clean, server, mon
 def test_without_a_tree_any_account_is_accepted_and_charged(client, clean):
     job_id = run_job(client, "zoe", "g", account="anything", cpu_seconds=5.0)
     assert client.get(f"/jobs/{job_id}").json()["account"] == "anything"
-    assert totals(clean) == {("anything", "zoe"): 5.0, ("anything", ""): 5.0}
+    assert totals(clean, client) == {("anything", "zoe"): 5.0, ("anything", ""): 5.0}

@@ -86,6 +86,8 @@ async def charge(conn, row, now, settings):
 
 
 async def read(conn, now, settings):
+    """Usage once every logged charge is folded."""
+    await accounting.fold_charges(conn, settings, wait=True)
     async with read_transaction(conn):
         return await accounting.read_usage(conn, now, settings)
 
@@ -169,6 +171,7 @@ def test_charge_goes_to_the_association_and_all_ancestors(clean):
             await charge(conn, job(4, cpu=None), T0, settings),
             await charge(conn, job(5, cpu=100, status="Running"), T0, settings),
         ]
+        assert await accounting.fold_charges(conn, settings, wait=True) == 3
         async with read_transaction(conn):
             totals = {(r.account, r.user): r.usage for r in await conn.execute(sa.select(usage_totals))}
             log = (await conn.execute(sa.select(usage_charges).order_by(usage_charges.c.id))).all()
