@@ -1,6 +1,7 @@
 """The whole benchmark: workloads, pilots over real HTTP, references, figures.
 
-    python -m bench.run [--quick] [--workers 2] [--seconds 20] [--only lhcb,diracx,scaling,submit,recompute,soak]
+    python -m bench.run [--quick] [--workers 2] [--seconds 20]
+                        [--only lhcb,diracx,scaling,submit,recompute,soak,lifecycle]
                         [--max-jobs 10000000] [--soak-seconds 300] [--keep-db]
 
 Each section recreates the database `fairmatch_bench` and loads what it
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from bench import run_env
 from bench.run_admin import recompute_section, submit_section
+from bench.run_lifecycle import lifecycle_section
 from bench.run_match import diracx_section, lhcb_section, scaling_section, soak_section
 from bench.run_plan import DATABASE, Bench, Plan
 from bench.run_report import markdown
@@ -36,6 +38,7 @@ SECTIONS = {
     "submit": submit_section,
     "recompute": recompute_section,
     "soak": soak_section,
+    "lifecycle": lifecycle_section,
 }
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -52,10 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes and short runs: a 2-3 minute smoke test")
     parser.add_argument("--workers", type=int, default=2, help="fairmatch serve --workers (default 2)")
-    parser.add_argument("--seconds", type=int, help="each wrk and pgbench run (default 20, quick 3)")
-    parser.add_argument("--only", type=_sections, default=list(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--seconds", type=int, help="each wrk, pgbench and lifecycle run (default 20, quick 3)")
+    parser.add_argument("--only", type=_sections, default=list(SECTIONS),
+                        help=f"comma-separated sections among {','.join(SECTIONS)}")  # fmt: skip
     parser.add_argument("--max-jobs", type=int, default=10_000_000,
-                        help="largest queue (diracx, scaling, recompute)")  # fmt: skip
+                        help="largest queue (diracx, scaling, recompute; caps lifecycle's backlog)")  # fmt: skip
     parser.add_argument("--soak-seconds", type=int, help="soak duration (default 300, quick 20)")
     parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
     parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),

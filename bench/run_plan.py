@@ -16,13 +16,14 @@ DATABASE = "fairmatch_bench"
 SCALING_SIZES = (1_000_000, 2_500_000, 5_000_000, 10_000_000)
 DIRACX_SIZES = (1_000_000, 10_000_000)  # matching on the DiracX target; capped by --max-jobs
 QUICK_SIZES = (50_000, 100_000)
+LIFECYCLE_JOBS, QUICK_LIFECYCLE_JOBS = 200_000, 20_000  # waiting at the start of each lifecycle run
 
 
 @dataclass(frozen=True)
 class Plan:
     quick: bool
     workers: int
-    seconds: int  # each closed-loop wrk run and each pgbench run
+    seconds: int  # each closed-loop wrk run, each pgbench run and each lifecycle run
     lhcb_scale: float
     scaling_sizes: tuple[int, ...]
     diracx_sizes: tuple[int, ...]
@@ -31,6 +32,7 @@ class Plan:
     submit_batches: int  # per client count
     soak_seconds: int
     soak_slice: int
+    lifecycle_jobs: int = LIFECYCLE_JOBS  # capped by --max-jobs
     connections: tuple[int, ...] = (1, 8, 64)
     bare_clients: tuple[int, ...] = (16, 64)
     legacy_clients: tuple[int, ...] = (8, 64)
@@ -40,6 +42,7 @@ class Plan:
     submit_clients: tuple[int, ...] = (1, 2)
     soak_rate: float = 1000
     soak_connections: int = 64
+    lifecycle_pilots: tuple[int, ...] = (8, 32, 64)  # concurrent pilots of the lifecycle runs
     pilots: int = 10_000
     seed: int = 0
 
@@ -64,6 +67,7 @@ class Plan:
             submit_batches=2 if quick else 20,
             soak_seconds=soak_seconds or (20 if quick else 300),
             soak_slice=5 if quick else 10,
+            lifecycle_jobs=min(QUICK_LIFECYCLE_JOBS if quick else LIFECYCLE_JOBS, max_jobs),
         )
 
     def to_json(self) -> dict:

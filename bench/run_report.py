@@ -168,6 +168,65 @@ def _soak(results: dict) -> list[str]:
     return [title, "", *_table(header, rows)]
 
 
+def _lifecycle(results: dict) -> list[str]:
+    """Whole lives (match, Running, Done) by pilot count: rates and latencies, CPU per
+    job on every side, the backends' waits, the owner groups matched."""
+    s = results["lifecycle"]
+    runs = sorted(s["runs"].items(), key=lambda kv: int(kv[0]))
+    w = s["workload"]
+
+    def lat(r: dict) -> str:
+        return " / ".join(_n(r[k], 1) for k in ("p50_ms", "p99_ms", "max_ms"))
+
+    rows = [[p, _n(r["jobs_per_s"]), _n(r["matches_per_s"]), _n(r["no_match_per_s"]),
+             *(lat(r["requests"][k]) for k in ("match", "running", "done")),
+             ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "0"] for p, r in runs]  # fmt: skip
+    title = (f"#### A job's whole life: LHCb-like jobs through `POST /jobs` ({s['waiting_jobs']:,} waiting at each"
+             f" start{_mix(w)}), `--workers {s['workers']}`, {s['seconds']} s per run, autovacuum"
+             f" {'/'.join(s['autovacuum'])} (before: {s['autovacuum_before']})")  # fmt: skip
+    lines = [title, "", *_table(["pilots", "jobs/s", "matches/s", "204/s", "match p50 / p99 / max ms",
+                                 "Running p50 / p99 / max ms", "Done p50 / p99 / max ms", "errors"], rows)]  # fmt: skip
+    sides = ("service", "postgres", "load_generator")
+    rows = [[p, f"{r['jobs']:,}", *(_n(r["cpu_s"][k], 2) for k in sides),
+             *(_n(r["cpu_ms_per_job"][k], 2) for k in sides)] for p, r in runs]  # fmt: skip
+    lines += ["", "CPU during each run (from /proc) and per finished job:", "",
+              *_table(["pilots", "jobs", "service s", "PostgreSQL s", "load generator s", "service ms/job",
+                       "PostgreSQL ms/job", "load generator ms/job"], rows)]  # fmt: skip
+    vacuums = [f"{p} pilots: " + (", ".join(f"{t} {a['autovacuum_runs']}/{a['autoanalyze_runs']}"
+                                            for t, a in sorted(r.get("tables", {}).items())
+                                            if a["autovacuum_runs"] or a["autoanalyze_runs"]) or "none")
+               for p, r in runs]  # fmt: skip
+    lines += ["", f"Autovacuum/autoanalyze runs during each run: {'; '.join(vacuums)}."]
+    rows = []
+    for p, r in runs:
+        a = r["activity"]
+        top = "; ".join(f"{e}{' · ' + rel if rel else ''}: {n}" for e, rel, n in a["by_wait"][:6])
+        rows.append([p, str(a["samples"]), str(a["backends_sampled"]), str(a["lock_waits"]),
+                     str(a["accounting_lock_waits"]), top or "—"])  # fmt: skip
+    lines += ["", "Busy backends of the database, sampled once a second (lock waits on `usage_totals`,"
+              " `usage_charges`, `associations` counted apart):", "",
+              *_table(["pilots", "samples", "backends seen", "lock waits", "on accounting tables",
+                       "most seen (wait event · relation: backends)"], rows)]  # fmt: skip
+    groups = sorted({g for _, r in runs for g in r["owner_groups"]})
+    first = runs[0][1]["owner_groups"] if runs else {}
+
+    def matched(r: dict, g: str) -> str:
+        found = r["owner_groups"].get(g, {"matched": 0, "matched_share": 0})
+        return f"{found['matched']:,} ({100 * found['matched_share']:.1f} %)"
+
+    def target(g: str) -> str:
+        share = first.get(g, {}).get("target_share")
+        return "—" if share is None else f"{100 * share:.1f}"
+
+    rows = [[g, _n(first.get(g, {}).get("waiting")), _n(100 * first.get(g, {}).get("waiting_share", 0), 1),
+             target(g), *(matched(r, g) for _, r in runs)] for g in groups]  # fmt: skip
+    lines += ["", "Owner groups: jobs matched during each run against the jobs waiting at the first start and"
+              " the share the priority run gave each group:", "",
+              *_table(["owner group", "waiting", "waiting %", "target %",
+                       *(f"matched at {p} pilots" for p, _ in runs)], rows)]  # fmt: skip
+    return lines
+
+
 # --- targets
 
 
@@ -246,6 +305,7 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
                     f"{_n(last['median_s'], 3)} s", last["median_s"] <= 1))  # fmt: skip
     else:
         out.append(("recompute of 10k TQs ≤ 1 s", "not run", None))
+    out += _lifecycle_targets(results.get("lifecycle"))
     soak = results.get("soak")
     if soak and soak["p99_first_ms"]:
         ratio = _ratio(soak["p99_last_ms"], soak["p99_first_ms"])
@@ -254,6 +314,25 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
                     ratio is not None and ratio <= 1.5))  # fmt: skip
     else:
         out.append(("soak: last p99 ≤ 1.5× first p99", "not run", None))
+    return out
+
+
+def _lifecycle_targets(lifecycle: dict | None) -> list[tuple[str, str, bool | None]]:
+    """A job's whole life: jobs/s at 64 pilots, status reports' p99 at 32, no accounting lock waits."""
+    if not lifecycle or not lifecycle.get("runs"):
+        return [("whole lives: ≥ 250 jobs/s at 64 pilots; status p99 ≤ 100 ms at 32", "not run", None)]
+    runs = lifecycle["runs"]
+    out = []
+    if "64" in runs:
+        rate = runs["64"]["jobs_per_s"]
+        out.append(("whole lives at 64 pilots ≥ 250 jobs/s", f"{_n(rate)}/s", rate >= 250))
+    if "32" in runs:
+        p99 = max(runs["32"]["requests"][k]["p99_ms"] or 0 for k in ("running", "done"))
+        out.append(("status reports' p99 at 32 pilots ≤ 100 ms", f"{_n(p99, 1)} ms", p99 <= 100))
+    waits = sum(r["activity"]["accounting_lock_waits"] for r in runs.values())
+    samples = sum(r["activity"]["samples"] for r in runs.values())
+    out.append(("no sampled backend waits on a lock of an accounting table", f"{waits} in {samples} samples",
+                waits == 0))  # fmt: skip
     return out
 
 
@@ -268,7 +347,8 @@ def markdown(results: dict) -> str:
     rows = [[t, measured, {True: "yes", False: "**no**", None: "—"}[holds]] for t, measured, holds in targets(results)]
     lines += ["#### Targets", "", *_table(["target", "measured", "holds"], rows), ""]
     for key, render in (("lhcb", _lhcb), ("lhcb", _lean), ("diracx", _diracx), ("scaling", _scaling),
-                        ("submit", _submit), ("recompute", _recompute), ("soak", _soak)):  # fmt: skip
+                        ("submit", _submit), ("recompute", _recompute), ("soak", _soak),
+                        ("lifecycle", _lifecycle)):  # fmt: skip
         if results.get(key):
             table = render(results)
             lines += [*table, ""] if table else []

@@ -1,0 +1,406 @@
+"""A job's whole life under load: submitted through POST /jobs, matched, reported
+Running, then Done with its CPU (which logs a charge), by P concurrent pilots
+(bench/lifecycle_pilots.py), with autovacuum on as sites run it.
+
+Beside the throughput and latencies per request kind, each run records the
+CPU the service, PostgreSQL and the load generator spent per finished job
+(from /proc), what PostgreSQL's busy backends waited on once a second
+(pg_stat_activity and pg_locks: lock waits on the accounting tables are
+counted apart), and the owner groups of the jobs matched against those of the
+waiting jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from bench import run_env
+from bench.run_admin import PAYLOAD
+from bench.run_match import describe
+from bench.run_plan import Bench
+from bench.workload_fit import apportion
+from bench.workload_load import top_up_mix
+from bench.workload_model import LevelSplit, Workload
+from bench.workloads import lhcb
+
+ACCOUNTING_TABLES = ("usage_totals", "usage_charges", "associations")
+SUBMIT_CLIENTS = 2  # concurrent POST /jobs while topping up
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# --- jobs through the API
+
+
+def top_up_jobs(workload: Workload, by_level: Mapping[int, int], target: int) -> list[tuple[int, int]]:
+    """(TQ index, user priority) of the jobs that bring the waiting jobs to
+    `target`, spread as the loader's top-up spreads them: over the TQs in
+    proportion to the workload's sizes, and over the levels that lack jobs
+    against the mix (matching drains the higher ones first), so that every run
+    starts from the same level mix."""
+    add = target - sum(by_level.values())
+    if add <= 0:
+        return []
+    split = LevelSplit(top_up_mix(workload.user_priorities, by_level, target))
+    jobs = []
+    for i, n in enumerate(apportion(workload.jobs, add)):
+        for priority, k in split.split(n) if n else ():
+            jobs += [(i, priority)] * k
+    return jobs
+
+
+def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) -> Iterator[bytes]:
+    """POST /jobs bodies of up to `batch` jobs: each the TQ's spec with its user
+    priority and the submit section's payload."""
+    for start in range(0, len(jobs), batch):
+        specs = [{**workload.specs[i], "user_priority": p, "payload": PAYLOAD} for i, p in jobs[start:start + batch]]
+        yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
+
+
+def post_jobs(api: str, bodies: Iterator[bytes], clients: int = SUBMIT_CLIENTS) -> list[str]:
+    """POST every body to /jobs from `clients` threads; the failures, as text."""
+    lock, failures = threading.Lock(), []
+
+    def client() -> None:
+        with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
+            while True:
+                with lock:
+                    body = next(bodies, None)
+                if body is None:
+                    return
+                r = http.post(f"{api}/jobs", content=body)
+                if r.status_code != 201:
+                    with lock:
+                        failures.append(f"{r.status_code}: {r.text[:200]}")
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
+
+
+def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random) -> dict:
+    """Submit through the API until `target` jobs wait (their order shuffled, so
+    a batch mixes TQs as submissions do)."""
+    by_level = dict(run_env.query(url, "SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority"))
+    jobs = top_up_jobs(workload, by_level, target)
+    rng.shuffle(jobs)
+    started = time.perf_counter()
+    failures = post_jobs(api, job_bodies(workload, jobs, batch))
+    if failures:
+        raise RuntimeError(f"{len(failures)} POST /jobs failed while topping up: {failures[:3]}")
+    seconds = time.perf_counter() - started
+    return {"jobs": len(jobs), "seconds": round(seconds, 3), "jobs_per_s": len(jobs) / seconds if jobs else None}
+
+
+# --- PostgreSQL's settings
+
+
+@contextmanager
+def autovacuum_on(url: str) -> Iterator[str]:
+    """autovacuum on for the cluster (ALTER SYSTEM), reset afterwards however
+    the section ends; yields the setting seen before."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = conn.execute("SHOW autovacuum").fetchone()[0]
+        conn.execute("ALTER SYSTEM SET autovacuum = on")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        deadline = time.monotonic() + 10  # the reload reaches new sessions within moments
+        while run_env.query(url, "SHOW autovacuum")[0][0] != "on" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield before
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET autovacuum")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def table_activity(url: str) -> dict[str, dict[str, int]]:
+    """Autovacuum and autoanalyze runs and dead tuples of the hot and accounting tables."""
+    rows = run_env.query(
+        url,
+        "SELECT relname, autovacuum_count, autoanalyze_count, n_dead_tup FROM pg_stat_user_tables"
+        " WHERE relname = ANY(%s)",
+        ([*run_env.HOT_TABLES, *ACCOUNTING_TABLES],),
+    )
+    return {name: {"autovacuum": v, "autoanalyze": a, "dead": d} for name, v, a, d in rows}
+
+
+# --- CPU from /proc
+
+
+def stat_fields(text: str) -> tuple[int, int]:
+    """(parent pid, CPU ticks) from a /proc/<pid>/stat line: utime + stime, plus
+    cutime + cstime, the children that ended and were reaped (a backend that
+    exits during a run moves its CPU to the postmaster's)."""
+    rest = text[text.rindex(")") + 2:].split()  # the command may hold spaces and parentheses
+    return int(rest[1]), sum(int(v) for v in rest[11:15])
+
+
+def proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, CPU ticks) for every process visible."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                table[int(entry.name)] = stat_fields(Path(entry.path, "stat").read_text())
+            except (OSError, ValueError):
+                pass  # ended meanwhile
+    return table
+
+
+def tree_cpu(table: Mapping[int, tuple[int, int]], root: int | None, exclude: Iterable[int] = ()) -> float | None:
+    """CPU seconds of `root` and its descendants, `exclude` left out; None without the root."""
+    if root is None or root not in table:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    skip, todo, ticks = set(exclude), [root], 0
+    while todo:
+        pid = todo.pop()
+        ticks += 0 if pid in skip else table[pid][1]
+        todo.extend(children.get(pid, ()))
+    return ticks / CLOCK_TICKS
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return stat_fields(Path(f"/proc/{pid}/stat").read_text())[0]
+    except (OSError, ValueError):
+        return None  # PostgreSQL on another host or in another pid namespace
+
+
+# --- what PostgreSQL's backends wait on
+
+# the busy backends of this database but the sampler's; for a lock wait the
+# relation of the lock not granted, else (a row lock: transactionid) that of the
+# tuple lock the waiter holds, which names the row's table
+ACTIVITY = """
+SELECT a.backend_type, a.state, a.wait_event_type, a.wait_event, w.locktype, w.relation::regclass::text, w.objid,
+       (SELECT t.relation::regclass::text FROM pg_locks t
+        WHERE t.pid = a.pid AND t.locktype = 'tuple' AND t.granted LIMIT 1)
+FROM pg_stat_activity a
+LEFT JOIN LATERAL (SELECT locktype, relation, objid FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) w
+  ON true
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND COALESCE(a.state, '') <> 'idle'
+"""
+
+
+def wait_of(row: Sequence) -> tuple[str, str]:
+    """(wait event, relation) of one sampled backend: `CPU` when it waits on
+    nothing, `idle in transaction` for a session between two statements of a
+    transaction; the relation only for lock waits."""
+    backend_type, state, wait_type, wait_event, locktype, relation, objid, tuple_relation = row
+    state = state or ""
+    if state.startswith("idle in transaction"):
+        event = state
+    else:
+        event = f"{wait_type}:{wait_event}" if wait_type else "CPU"
+    if backend_type != "client backend":
+        event = f"{backend_type} {event}"
+    target = ""
+    if wait_type == "Lock" and not state.startswith("idle"):
+        target = relation or tuple_relation or (f"advisory {objid}" if locktype == "advisory" else locktype or "?")
+    return event, target
+
+
+def accounting_relation(relation: str) -> bool:
+    """An accounting table, or one of its indexes."""
+    name = relation.rsplit(".", 1)[-1]
+    return any(name == t or name.startswith(f"{t}_") for t in ACCOUNTING_TABLES)
+
+
+class Activity:
+    """pg_stat_activity sampled once a second in a thread, on a connection of its own."""
+
+    def __init__(self, url: str, every: float = 1.0):
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.pid = self.conn.info.backend_pid
+        self.autovacuum = self.conn.execute("SHOW autovacuum").fetchone()[0]
+        self.every, self.samples, self.waits = every, 0, Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            rows = self.conn.execute(ACTIVITY).fetchall()
+            self.samples += 1
+            self.waits.update(wait_of(r) for r in rows)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> Activity:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.conn.close()
+
+    def result(self) -> dict:
+        return {**wait_summary(self.waits, self.samples), "autovacuum": self.autovacuum}
+
+
+def wait_summary(waits: Counter, samples: int) -> dict:
+    """Backends seen per (wait event, relation), most seen first, and the lock
+    waits among them: in all, and on the accounting tables."""
+    locks = {key: n for key, n in waits.items() if key[0].startswith("Lock:")}
+    return {
+        "samples": samples,
+        "backends_sampled": sum(waits.values()),
+        "lock_waits": sum(locks.values()),
+        "accounting_lock_waits": sum(n for (_, rel), n in locks.items() if accounting_relation(rel)),
+        "by_wait": [[event, rel, n] for (event, rel), n in waits.most_common()],
+    }
+
+
+# --- one run
+
+
+def run_generator(root: str, resources: Path, pilots: int, seconds: float, on_start: Callable[[], None]) -> dict:
+    """bench/lifecycle_pilots.py in a subprocess; `on_start` runs once its
+    pilots are connected, just before they start."""
+    command = [sys.executable, "-m", "bench.lifecycle_pilots", root, str(resources), "--pilots", str(pilots),
+               "--seconds", str(seconds)]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=run_env.REPO)
+    try:
+        ready = process.stdout.readline()
+        if not ready.startswith('{"ready"'):
+            raise RuntimeError(f"the load generator did not start: {ready!r}")
+        on_start()
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        out, _ = process.communicate(timeout=seconds + 120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if process.returncode != 0:
+        raise RuntimeError(f"the load generator failed (exit {process.returncode}): {out[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def target_shares(recompute: Mapping) -> dict[str, float]:
+    """Each group's share of the slots as the priority run decided it (the dirac
+    policy's normalised shares, summed over the group's entities); {} under
+    the other policies, which report no shares."""
+    shares: Counter = Counter()
+    for entity in recompute.get("entities", []):
+        shares[entity["group"]] += entity["normalised_share"]
+    return dict(shares)
+
+
+def owner_groups(
+    url: str, since: datetime, until: datetime, waiting: Mapping[str, int], targets: Mapping[str, float]
+) -> dict[str, dict]:
+    """Per owner group: jobs waiting at the start and jobs matched during the run, with their
+    shares, beside the share the priority run gave the group (every pilot can take every
+    group's jobs only in a uniform workload: a group few pilots can run gets less)."""
+    matched = dict(run_env.query(
+        url,
+        "SELECT j.owner_group, count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id"
+        " WHERE e.status = 'Matched' AND e.at >= %s AND e.at <= %s GROUP BY j.owner_group",
+        (since, until),
+    ))  # fmt: skip
+    total_waiting, total_matched = sum(waiting.values()) or 1, sum(matched.values()) or 1
+    return {g: {"waiting": waiting.get(g, 0), "waiting_share": waiting.get(g, 0) / total_waiting,
+                "matched": matched.get(g, 0), "matched_share": matched.get(g, 0) / total_matched,
+                "target_share": targets.get(g)}
+            for g in sorted({*waiting, *matched})}  # fmt: skip
+
+
+def lifecycle_run(
+    url: str, server: run_env.Server, resources: Path, pilots: int, seconds: float, targets: Mapping[str, float]
+) -> dict:
+    """One measured run: the load generator with the CPU of every side and the
+    backends' waits around it."""
+    waiting = dict(run_env.query(url, "SELECT q.owner_group, count(*) FROM tq_jobs t"
+                                      " JOIN task_queues q ON q.id = t.tq_id GROUP BY q.owner_group"))  # fmt: skip
+    tables_before = table_activity(url)
+    cpu: dict[str, dict] = {}
+    with Activity(url) as activity:
+        postmaster = parent_of(activity.pid)
+
+        def snapshot() -> dict:
+            table = proc_table()
+            return {"service": tree_cpu(table, server.process.pid),
+                    "postgres": tree_cpu(table, postmaster, exclude=[activity.pid])}  # fmt: skip
+
+        def start() -> None:
+            cpu["before"], cpu["since"] = snapshot(), datetime.now(timezone.utc)
+
+        run = run_generator(server.root, resources, pilots, seconds, start)
+        cpu["after"], until = snapshot(), datetime.now(timezone.utc)
+    used = {k: (cpu["after"][k] - cpu["before"][k] if cpu["before"][k] is not None else None) for k in cpu["after"]}
+    used["load_generator"] = run["cpu_s"]
+    tables_after = table_activity(url)
+    return {
+        **run,
+        "cpu_s": used,
+        "cpu_ms_per_job": {k: v * 1000 / run["jobs"] if v is not None and run["jobs"] else None
+                           for k, v in used.items()},
+        "activity": activity.result(),
+        "tables": {t: {"autovacuum_runs": a["autovacuum"] - tables_before.get(t, {}).get("autovacuum", 0),
+                       "autoanalyze_runs": a["autoanalyze"] - tables_before.get(t, {}).get("autoanalyze", 0),
+                       "dead_at_end": a["dead"]} for t, a in tables_after.items()},
+        "owner_groups": owner_groups(url, cpu["since"], until, waiting, targets),
+    }  # fmt: skip
+
+
+def _summary(run: dict) -> str:
+    req, act = run["requests"], run["activity"]
+    return (f"{run['jobs_per_s']:,.0f} jobs/s, {run['matches_per_s']:,.0f} matches/s, {run['no_match_per_s']:,.0f}"
+            f" 204/s; p99 match {req['match']['p99_ms']} ms, running {req['running']['p99_ms']} ms, done"
+            f" {req['done']['p99_ms']} ms; CPU ms/job service {_ms(run, 'service')}, PostgreSQL"
+            f" {_ms(run, 'postgres')}, generator {_ms(run, 'load_generator')}; lock waits {act['lock_waits']}"
+            f" ({act['accounting_lock_waits']} on accounting tables) in {act['samples']} samples;"
+            f" errors {run['error_count']}")  # fmt: skip
+
+
+def _ms(run: dict, side: str) -> str:
+    v = run["cpu_ms_per_job"].get(side)
+    return "—" if v is None else f"{v:.2f}"
+
+
+def lifecycle_section(b: Bench) -> dict:
+    """An empty database, the jobs submitted through the API by the server under
+    test; before each run topped up (through the API) to the same backlog,
+    vacuumed, priorities recomputed; then the pilots for plan.seconds."""
+    plan = b.plan
+    workload = lhcb(plan.lhcb_scale, plan.seed)
+    resources = b.pilots_file(workload)  # the lhcb section's pilots
+    b.fresh_database()
+    rng = random.Random(f"lifecycle:{plan.seed}")
+    out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
+                 "waiting_jobs": plan.lifecycle_jobs, "seconds": plan.seconds, "runs": {}}  # fmt: skip
+    with autovacuum_on(b.url) as before:
+        out["autovacuum_before"] = before
+        server = b.start_server()
+        for pilots in plan.lifecycle_pilots:
+            top_up = api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
+            if top_up["jobs"]:
+                b.log(f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s")
+            run_env.vacuum(b.url)
+            _, decided = server.recompute()
+            waiting = run_env.waiting_jobs(b.url)
+            run = lifecycle_run(b.url, server, resources, pilots, plan.seconds, target_shares(decided))
+            out["runs"][str(pilots)] = {**run, "waiting_at_start": waiting, "top_up": top_up}
+            b.log(f"lifecycle, {pilots} pilots, {waiting:,} waiting: {_summary(run)}")
+        b.stop_server()
+    out["autovacuum"] = sorted({r["activity"]["autovacuum"] for r in out["runs"].values()})
+    return out
