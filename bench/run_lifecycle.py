@@ -39,6 +39,7 @@ from bench.workloads import lhcb
 
 ACCOUNTING_TABLES = ("usage_totals", "usage_charges", "associations")
 SUBMIT_CLIENTS = 2  # concurrent POST /jobs while topping up
+SUBMIT_RETRIES = 3
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # --- jobs through the API
@@ -69,18 +70,25 @@ def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) 
         yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
 
 
-def post_jobs(api: str, bodies: Iterator[bytes], clients: int = SUBMIT_CLIENTS) -> list[str]:
-    """POST every body to /jobs from `clients` threads; the failures, as text."""
-    lock, failures = threading.Lock(), []
+def post_jobs(api: str, bodies: Iterator[bytes], clients: int = SUBMIT_CLIENTS) -> tuple[list[str], int]:
+    """POST every body to /jobs from `clients` threads; the failures, as text, and how many
+    503s were retried (a 503 says "retry shortly": a client does, up to SUBMIT_RETRIES times)."""
+    lock, failures, retried = threading.Lock(), [], 0
 
     def client() -> None:
+        nonlocal retried
         with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
             while True:
                 with lock:
                     body = next(bodies, None)
                 if body is None:
                     return
-                r = http.post(f"{api}/jobs", content=body)
+                for attempt in range(SUBMIT_RETRIES + 1):
+                    r = http.post(f"{api}/jobs", content=body)
+                    if r.status_code != 503 or attempt == SUBMIT_RETRIES:
+                        break
+                    with lock:
+                        retried += 1
                 if r.status_code != 201:
                     with lock:
                         failures.append(f"{r.status_code}: {r.text[:200]}")
@@ -90,7 +98,7 @@ def post_jobs(api: str, bodies: Iterator[bytes], clients: int = SUBMIT_CLIENTS) 
         thread.start()
     for thread in threads:
         thread.join()
-    return failures
+    return failures, retried
 
 
 def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random) -> dict:
@@ -100,11 +108,12 @@ def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, 
     jobs = top_up_jobs(workload, by_level, target)
     rng.shuffle(jobs)
     started = time.perf_counter()
-    failures = post_jobs(api, job_bodies(workload, jobs, batch))
+    failures, retried = post_jobs(api, job_bodies(workload, jobs, batch))
     if failures:
         raise RuntimeError(f"{len(failures)} POST /jobs failed while topping up: {failures[:3]}")
     seconds = time.perf_counter() - started
-    return {"jobs": len(jobs), "seconds": round(seconds, 3), "jobs_per_s": len(jobs) / seconds if jobs else None}
+    return {"jobs": len(jobs), "seconds": round(seconds, 3), "jobs_per_s": len(jobs) / seconds if jobs else None,
+            "retried_503": retried}  # fmt: skip
 
 
 # --- PostgreSQL's settings
@@ -394,7 +403,8 @@ def lifecycle_section(b: Bench) -> dict:
         for pilots in plan.lifecycle_pilots:
             top_up = api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
             if top_up["jobs"]:
-                b.log(f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s")
+                b.log(f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s"
+                      f" ({top_up['retried_503']} answers 503 retried)")
             run_env.vacuum(b.url)
             _, decided = server.recompute()
             waiting = run_env.waiting_jobs(b.url)

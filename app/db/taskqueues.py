@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, delete, exists, func, select, update
+from sqlalchemy import ARRAY, Select, String, any_, bindparam, delete, exists, func, select, update
 
 from app.clock import as_utc
 from app.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
@@ -195,6 +195,19 @@ class TaskQueueDB(AreaDB):
 
 
 class PostgresTaskQueueDB(PostgresStatements, TaskQueueDB, dialect="postgresql"):
+    async def _lock_existing(self, hashes: Sequence[str]) -> dict[str, int]:
+        # One statement, rows locked in id order (the sort runs before the locks): the
+        # order priority runs update TQs in, so a submission and a run never wait on
+        # each other in a cycle (in hash order, they deadlocked under load).
+        h = task_queues.c.requirements_hash
+        stmt = (
+            select(h, task_queues.c.id)
+            .where(h == any_(bindparam("hashes", type_=ARRAY(String))))
+            .order_by(task_queues.c.id)
+            .with_for_update(read=True)
+        )
+        return {hash_: tq_id for hash_, tq_id in await self.conn.execute(stmt, {"hashes": list(hashes)})}
+
     async def _free(self, tq_id: int) -> bool:
         lock = select(task_queues.c.id).where(task_queues.c.id == tq_id).with_for_update(skip_locked=True)
         return (await self.conn.execute(lock)).first() is not None  # else gone, or being filled

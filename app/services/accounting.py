@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.accounting.associations import Association
 from app.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, fold
-from app.db.accounting import AccountingDB
 from app.clock import utcnow
+from app.db.accounting import AccountingDB
 from app.db.engine import read_transaction
 from app.settings import AccountingSettings, Settings
 
