@@ -411,6 +411,20 @@ def lifecycle_section(b: Bench) -> dict:
             run = lifecycle_run(b.url, server, resources, pilots, plan.seconds, target_shares(decided))
             out["runs"][str(pilots)] = {**run, "waiting_at_start": waiting, "top_up": top_up}
             b.log(f"lifecycle, {pilots} pilots, {waiting:,} waiting: {_summary(run)}")
+        # the reference of the same run: the lean claim service's whole lives (its match, and a
+        # status report of one statement), same pilots and generator, on the backlog topped up
+        api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
+        lean = b.start_lean()
+        out["lean"] = {}
+        for pilots in plan.lifecycle_pilots:
+            run_env.vacuum(b.url)
+            run = lifecycle_run(b.url, lean, resources, pilots, plan.seconds, {})
+            out["lean"][str(pilots)] = {**run, "waiting_at_start": run_env.waiting_jobs(b.url)}
+            b.log(f"lean service, {pilots} pilots: {_summary(run)}")
         b.stop_server()
     out["autovacuum"] = sorted({r["activity"]["autovacuum"] for r in out["runs"].values()})
+    out["ratio_to_lean"] = {
+        p: run["jobs_per_s"] / out["lean"][p]["jobs_per_s"] if out["lean"].get(p, {}).get("jobs_per_s") else None
+        for p, run in out["runs"].items()
+    }
     return out

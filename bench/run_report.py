@@ -178,17 +178,25 @@ def _lifecycle(results: dict) -> list[str]:
     def lat(r: dict) -> str:
         return " / ".join(_n(r[k], 1) for k in ("p50_ms", "p99_ms", "max_ms"))
 
-    rows = [[p, _n(r["jobs_per_s"]), _n(r["matches_per_s"]), _n(r["no_match_per_s"]),
-             *(lat(r["requests"][k]) for k in ("match", "running", "done")),
-             ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "0"] for p, r in runs]  # fmt: skip
+    lean = s.get("lean", {})
+    ratio = s.get("ratio_to_lean", {})
+
+    def row(who: str, p: str, r: dict) -> list[str]:
+        return [f"{p}{who}", _n(r["jobs_per_s"]), _n(ratio.get(p), 2) if not who else "1", _n(r["matches_per_s"]),
+                _n(r["no_match_per_s"]), *(lat(r["requests"][k]) for k in ("match", "running", "done")),
+                ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "0"]  # fmt: skip
+
+    rows = [row("", p, r) for p, r in runs] + [row(" (lean service)", p, lean[p]) for p, _ in runs if p in lean]
     title = (f"#### A job's whole life: LHCb-like jobs through `POST /jobs` ({s['waiting_jobs']:,} waiting at each"
              f" start{_mix(w)}), `--workers {s['workers']}`, {s['seconds']} s per run, autovacuum"
              f" {'/'.join(s['autovacuum'])} (before: {s['autovacuum_before']})")  # fmt: skip
-    lines = [title, "", *_table(["pilots", "jobs/s", "matches/s", "204/s", "match p50 / p99 / max ms",
+    lines = [title, "", *_table(["pilots", "jobs/s", "× lean", "matches/s", "204/s", "match p50 / p99 / max ms",
                                  "Running p50 / p99 / max ms", "Done p50 / p99 / max ms", "errors"], rows)]  # fmt: skip
     sides = ("service", "postgres", "load_generator")
-    rows = [[p, f"{r['jobs']:,}", *(_n(r["cpu_s"][k], 2) for k in sides),
-             *(_n(r["cpu_ms_per_job"][k], 2) for k in sides)] for p, r in runs]  # fmt: skip
+    rows = [[f"{p}{who}", f"{r['jobs']:,}", *(_n(r["cpu_s"][k], 2) for k in sides),
+             *(_n(r["cpu_ms_per_job"][k], 2) for k in sides)]
+            for who, of in (("", dict(runs)), (" (lean service)", lean)) for p, _ in runs if p in of
+            for r in (of[p],)]  # fmt: skip
     lines += ["", "CPU during each run (from /proc) and per finished job:", "",
               *_table(["pilots", "jobs", "service s", "PostgreSQL s", "load generator s", "service ms/job",
                        "PostgreSQL ms/job", "load generator ms/job"], rows)]  # fmt: skip

@@ -7,12 +7,15 @@ async connection pool per worker, and per POST /api/v1/match: read the JSON
 body, claim the lowest waiting job nobody holds and mark it Matched at the
 pilot's site, in one prepared, autocommitted statement, and answer it as JSON
 (204 when none waits). No matching, priorities, events or request ids.
+POST /api/v1/jobs/{id}/status sets the job's status (and CPU) and, on Done or
+Failed, logs its charge, in one statement too: no transition check, no event.
 GET /readyz answers 200 once the pool is open.
 """
 
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 
 import uvicorn
@@ -29,6 +32,20 @@ UPDATE jobs SET status = 'Matched', site = %s, matched_at = now()
 FROM claimed WHERE jobs.id = claimed.job_id
 RETURNING jobs.id, claimed.tq_id, jobs.owner, jobs.owner_group"""
 pool: AsyncConnectionPool | None = None
+
+
+# a status report: the job's state, and on Done or Failed its charge, in one autocommitted statement
+REPORT = """
+WITH reported AS (
+    UPDATE jobs SET status = %(status)s, heartbeat_at = now(),
+                    cpu_seconds = COALESCE(%(cpu)s, cpu_seconds), wall_seconds = COALESCE(%(wall)s, wall_seconds)
+    WHERE id = %(id)s
+    RETURNING id, vo, owner_group, owner, account, cpu_seconds
+)
+INSERT INTO usage_charges (charged_at, job_id, vo, owner_group, owner, account, charge)
+SELECT now(), id, vo, owner_group, owner, account, cpu_seconds FROM reported
+WHERE %(status)s IN ('Done', 'Failed') AND cpu_seconds > 0"""
+STATUS_PATH = re.compile(r"^/api/v1/jobs/(\d+)/status$")
 
 
 async def answer(send, status: int, body: bytes = b"") -> None:
@@ -59,6 +76,9 @@ async def app(scope, receive, send) -> None:
         body, more = body + message.get("body", b""), message.get("more_body", False)
     if scope["path"] == "/readyz":
         return await answer(send, 200, b'{"ready":true}')
+    reporting = STATUS_PATH.match(scope["path"])
+    if scope["method"] == "POST" and reporting:
+        return await report(send, int(reporting.group(1)), body)
     if scope["method"] != "POST" or scope["path"] != "/api/v1/match":
         return await answer(send, 404, b'{"detail":"not found"}')
     try:
@@ -71,6 +91,18 @@ async def app(scope, receive, send) -> None:
         return await answer(send, 204)
     job = {"job_id": row[0], "task_queue_id": row[1], "owner": row[2], "owner_group": row[3], "site": site}
     await answer(send, 200, json.dumps(job).encode())
+
+
+async def report(send, job_id: int, body: bytes) -> None:
+    try:
+        sent = json.loads(body)
+        values = {"id": job_id, "status": str(sent["status"]), "cpu": sent.get("cpu_seconds"),
+                  "wall": sent.get("wall_seconds")}  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return await answer(send, 422, b'{"detail":"a JSON object with status"}')
+    async with pool.connection() as conn:
+        await conn.execute(REPORT, values, prepare=True)
+    await answer(send, 200, json.dumps({"job_id": job_id, "status": values["status"]}).encode())
 
 
 def main() -> None:

@@ -253,13 +253,16 @@ def test_the_report_has_the_lifecycle_tables():
                     "python": "3.11", "fairmatch_commit": "abc", "fairmatch_tree_modified": False},
         "lifecycle": {"workload": {"user_priorities": [[1, 0.6], [2, 0.25], [3, 0.15]]}, "workers": 2,
                       "waiting_jobs": 200, "seconds": 20, "autovacuum": ["on"], "autovacuum_before": "off",
-                      "runs": {"64": _run(64, 1000), "8": _run(8, 400)}},
+                      "runs": {"64": _run(64, 1000), "8": _run(8, 400)},
+                      "lean": {"64": _run(64, 4000)}, "ratio_to_lean": {"64": 0.25, "8": None}},
     }  # fmt: skip
     report = markdown(results)
     assert "#### A job's whole life" in report and "autovacuum on (before: off)" in report
-    assert "| 8 | 20 | 20 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 0 |" in report
+    assert "| 8 | 20 | — | 20 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 0 |" in report
     assert report.index("| 8 | 20 |") < report.index("| 64 | 50 |")
-    assert "| 64 | 50 | 50 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | done 500: 2 |" in report
+    assert ("| 64 | 50 | 0.25 | 50 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | done 500: 2 |"
+            in report)
+    assert "| 64 (lean service) | 200 | 1 | 200 |" in report
     assert "| 64 | 1,000 | 30.00 | 12.00 | 1.00 | 30.00 | 12.00 | 1.00 |" in report
     assert "| 64 | 20 | 50 | 7 | 5 | Lock:transactionid · usage_totals: 5; CPU: 3 |" in report
     assert "Autovacuum/autoanalyze runs during each run: 8 pilots: none; 64 pilots: task_queues 1/2." in report
