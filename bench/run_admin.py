@@ -8,7 +8,9 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
+from typing import NamedTuple
 
 import httpx
 
@@ -39,27 +41,39 @@ def _bodies(workload: Workload, batch: int, seed: int) -> list[bytes]:
     ]
 
 
-def submit(api: str, bodies: list[bytes], batch: int, batches: int, clients: int) -> dict:
-    """`batches` POST /jobs of `batch` jobs each, from `clients` threads at once."""
-    lock = threading.Lock()
-    todo = iter(range(batches))
-    seconds: list[float] = []
-    failures: list[str] = []
+class Posted(NamedTuple):
+    seconds: list[float]  # of each accepted POST, its retries included
+    failures: list[str]  # status and text of each refused one
+    retried: int  # answers 503 tried again
+    wall: float
+
+
+def post_jobs(api: str, bodies: Iterator[bytes], clients: int, retries: int = 0) -> Posted:
+    """POST every body to /jobs from `clients` threads at once. A 503 says "retry shortly":
+    with `retries`, a client does, that many times at most."""
+    lock, seconds, failures, retried = threading.Lock(), [], [], 0
 
     def client() -> None:
+        nonlocal retried
         with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
             while True:
                 with lock:
-                    i = next(todo, None)
-                if i is None:
+                    body = next(bodies, None)
+                if body is None:
                     return
                 started = time.perf_counter()
-                r = http.post(f"{api}/jobs", content=bodies[i % len(bodies)])
+                for attempt in range(retries + 1):
+                    r = http.post(f"{api}/jobs", content=body)
+                    if r.status_code != 503 or attempt == retries:
+                        break
+                    with lock:
+                        retried += 1
                 took = time.perf_counter() - started
                 with lock:
-                    (seconds if r.status_code == 201 else failures).append(
-                        took if r.status_code == 201 else f"{r.status_code}: {r.text[:200]}"
-                    )
+                    if r.status_code == 201:
+                        seconds.append(took)
+                    else:
+                        failures.append(f"{r.status_code}: {r.text[:200]}")
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     started = time.perf_counter()
@@ -67,7 +81,12 @@ def submit(api: str, bodies: list[bytes], batch: int, batches: int, clients: int
         thread.start()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - started
+    return Posted(seconds, failures, retried, time.perf_counter() - started)
+
+
+def submit(api: str, bodies: list[bytes], batch: int, batches: int, clients: int) -> dict:
+    """`batches` POST /jobs of `batch` jobs each, from `clients` threads at once."""
+    seconds, failures, _, wall = post_jobs(api, (bodies[i % len(bodies)] for i in range(batches)), clients)
     accepted = len(seconds) * batch
     return {
         "clients": clients, "batch": batch, "batches": batches, "jobs": accepted, "seconds": round(wall, 3),

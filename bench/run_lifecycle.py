@@ -25,11 +25,10 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
 import psycopg
 
 from bench import run_env
-from bench.run_admin import PAYLOAD
+from bench.run_admin import PAYLOAD, post_jobs
 from bench.run_match import describe
 from bench.run_plan import Bench
 from bench.workload_fit import apportion
@@ -39,7 +38,7 @@ from bench.workloads import lhcb
 
 ACCOUNTING_TABLES = ("usage_totals", "usage_charges", "associations")
 SUBMIT_CLIENTS = 2  # concurrent POST /jobs while topping up
-SUBMIT_RETRIES = 3
+SUBMIT_RETRIES = 3  # a 503 says "retry shortly": the submitting client does
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # --- jobs through the API
@@ -70,48 +69,15 @@ def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) 
         yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
 
 
-def post_jobs(api: str, bodies: Iterator[bytes], clients: int = SUBMIT_CLIENTS) -> tuple[list[str], int]:
-    """POST every body to /jobs from `clients` threads; the failures, as text, and how many
-    503s were retried (a 503 says "retry shortly": a client does, up to SUBMIT_RETRIES times)."""
-    lock, failures, retried = threading.Lock(), [], 0
-
-    def client() -> None:
-        nonlocal retried
-        with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
-            while True:
-                with lock:
-                    body = next(bodies, None)
-                if body is None:
-                    return
-                for attempt in range(SUBMIT_RETRIES + 1):
-                    r = http.post(f"{api}/jobs", content=body)
-                    if r.status_code != 503 or attempt == SUBMIT_RETRIES:
-                        break
-                    with lock:
-                        retried += 1
-                if r.status_code != 201:
-                    with lock:
-                        failures.append(f"{r.status_code}: {r.text[:200]}")
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return failures, retried
-
-
 def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random) -> dict:
     """Submit through the API until `target` jobs wait (their order shuffled, so
     a batch mixes TQs as submissions do)."""
     by_level = dict(run_env.query(url, "SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority"))
     jobs = top_up_jobs(workload, by_level, target)
     rng.shuffle(jobs)
-    started = time.perf_counter()
-    failures, retried = post_jobs(api, job_bodies(workload, jobs, batch))
+    _, failures, retried, seconds = post_jobs(api, job_bodies(workload, jobs, batch), SUBMIT_CLIENTS, SUBMIT_RETRIES)
     if failures:
         raise RuntimeError(f"{len(failures)} POST /jobs failed while topping up: {failures[:3]}")
-    seconds = time.perf_counter() - started
     return {"jobs": len(jobs), "seconds": round(seconds, 3), "jobs_per_s": len(jobs) / seconds if jobs else None,
             "retried_503": retried}  # fmt: skip
 

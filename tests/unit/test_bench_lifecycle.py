@@ -277,3 +277,37 @@ def test_the_groups_target_shares_come_from_the_priority_runs_entities():
                             {"group": "a", "normalised_share": 0.25}]}
     assert rl.target_shares(decided) == {"a": 0.5, "b": 0.5}
     assert rl.target_shares({"associations": []}) == {}
+
+
+def test_submitting_clients_retry_a_503_as_it_asks_and_report_the_rest():
+    """bench.run_admin.post_jobs against a server that answers 503 to each body's first try,
+    and 422 to the body b"bad"."""
+    import http.server
+
+    from bench.run_admin import post_jobs
+
+    seen: Counter = Counter()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen[body] += 1
+            status = 422 if body == b"bad" else 503 if seen[body] == 1 else 201
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = f"http://127.0.0.1:{server.server_address[1]}"
+        posted = post_jobs(api, iter([b"a", b"b", b"c", b"bad"]), clients=2, retries=2)
+        once = post_jobs(api, iter([b"d"]), clients=1)  # no retries: the 503 is a failure
+    finally:
+        server.shutdown()
+    assert len(posted.seconds) == 3 and posted.failures == ["422: {}"] and posted.retried == 3
+    assert once.seconds == [] and once.failures == ["503: {}"] and once.retried == 0
