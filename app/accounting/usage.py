@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from app.clock import as_utc
 from app.settings import AccountingSettings
 
 Node = tuple[str, str]  # (account, user); user '' is the account itself
@@ -177,6 +176,6 @@ def fold(
 def current_usage(totals: dict[Node, Total], now: datetime, accounting: AccountingSettings) -> dict[Node, float]:
     """Every node's usage as of `now` (decayed, reset-aware)."""
     return {
-        node: value_at(t.usage, as_utc(t.updated_at), as_utc(t.period_start), now, accounting)
+        node: value_at(t.usage, t.updated_at, t.period_start, now, accounting)
         for node, t in totals.items()
     }

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Self
 
-from sqlalchemy import ColumnElement, DateTime, Select, Table, func, literal, select, text
+from sqlalchemy import ColumnElement, DateTime, Table, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -73,10 +73,6 @@ class PostgresStatements(_Statements):
         """The clock `change_time` writes with."""
         return (await self.conn.execute(select(func.clock_timestamp()))).scalar_one()
 
-    def locked_for_share(self, stmt: Select) -> Select:
-        """The rows read held against deletion until the transaction ends."""
-        return stmt.with_for_update(read=True)
-
     async def try_leader_lock(self, key: int) -> bool:
         """Take a transaction-scoped leader lock if free; False if another transaction holds it."""
         return bool((await self.conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key})).scalar())
@@ -97,9 +93,6 @@ class SQLiteStatements(_Statements):
 
     async def database_now(self) -> datetime:
         return utcnow()
-
-    def locked_for_share(self, stmt: Select) -> Select:
-        return stmt
 
     async def try_leader_lock(self, key: int) -> bool:
         return True

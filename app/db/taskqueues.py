@@ -95,13 +95,14 @@ class TaskQueueDB(AreaDB):
                 await self.conn.execute(tq_values[field].insert(), list(part))
 
     async def _lock_existing(self, hashes: Sequence[str]) -> dict[str, int]:
-        """The ids of the TQs with these hashes, held against deletion."""
+        """The ids of the TQs with these hashes, held against deletion (on SQLite by the
+        transaction's write lock alone; PostgreSQL locks the rows)."""
         found: dict[str, int] = {}
         for part in chunks(hashes):
             stmt = select(task_queues.c.requirements_hash, task_queues.c.id).where(
                 task_queues.c.requirements_hash.in_(part)
             )
-            found.update({h: i for h, i in (await self.conn.execute(self.locked_for_share(stmt))).all()})
+            found.update({h: i for h, i in (await self.conn.execute(stmt)).all()})
         return found
 
     async def delete_if_empty(self, tq_id: int) -> bool:
