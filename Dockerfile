@@ -9,9 +9,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # README.md is the package's long description: the build needs it
 COPY pyproject.toml README.md ./
-COPY app ./app
-COPY migrations ./migrations
-# the wheel carries the migrations as app/_migrations (pyproject's force-include)
+# the package carries its migrations (fairmatch/migrations)
+COPY fairmatch ./fairmatch
 RUN python -m venv /opt/fairmatch \
     && /opt/fairmatch/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/fairmatch/bin/pip install /wheels/fairmatch-*.whl

@@ -154,8 +154,7 @@ async def pilot(conn: Connection, matches: list[bytes], start: int, deadline: fl
             await stats.send(conn, "done", request_bytes("POST", path, done_body(rng), conn.host))
 
 
-async def run(root: str, resources: list[bytes], pilots: int, seconds: float, seed: int = 0,
-              ready=None) -> dict:  # noqa: ANN001 (an awaitable factory)  # fmt: skip
+async def run(root: str, resources: list[bytes], pilots: int, seconds: float, seed: int = 0, ready=None) -> dict:
     """`pilots` pilots for `seconds` against the server at `root`; `ready()` is awaited
     once every connection is open, before the clock starts."""
     parts = urlsplit(root)
@@ -168,8 +167,11 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
     stats = Stats()
     cpu, started = os.times(), time.perf_counter()
     tasks = [
-        asyncio.create_task(pilot(c, matches, k * len(matches) // pilots, started + seconds, stats,
-                                  random.Random(f"lifecycle:{seed}:{k}")))  # fmt: skip
+        asyncio.create_task(
+            pilot(
+                c, matches, k * len(matches) // pilots, started + seconds, stats, random.Random(f"lifecycle:{seed}:{k}")
+            )
+        )
         for k, c in enumerate(conns)
     ]
     _, pending = await asyncio.wait(tasks, timeout=seconds + GRACE_S)

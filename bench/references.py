@@ -223,8 +223,7 @@ def legacy_dirac(url: str, clients: int, seconds: int, pilots: Iterable[dict] | 
         with psycopg.connect(libpq_url(url)) as conn:
             waiting_after = conn.execute("SELECT count(*) FROM tq_jobs").fetchone()[0]
             found_nothing, emptied = conn.execute(
-                "SELECT count(*) FILTER (WHERE job_id > 0), count(*) FILTER (WHERE job_id = 0)"
-                " FROM bench_lost_races"
+                "SELECT count(*) FILTER (WHERE job_id > 0), count(*) FILTER (WHERE job_id = 0) FROM bench_lost_races"
             ).fetchone()
     finally:
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:

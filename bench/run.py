@@ -20,7 +20,7 @@ import sys
 import tempfile
 import traceback
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import run_env
@@ -109,15 +109,20 @@ def _save(results: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = RESULTS / stamp
     out_dir.mkdir(parents=True)
     results_file = RESULTS / f"{stamp}.json"
     results: dict = {
         "started_at": stamp,
         "machine": run_env.machine(args.pg_url),
-        "settings": {"plan": plan.to_json(), "sections": args.only, "database": DATABASE,
-                     "pg_url": run_env.redacted(args.pg_url), "environment": _environment()},  # fmt: skip
+        "settings": {
+            "plan": plan.to_json(),
+            "sections": args.only,
+            "database": DATABASE,
+            "pg_url": run_env.redacted(args.pg_url),
+            "environment": _environment(),
+        },
         "errors": {},
     }
     with tempfile.TemporaryDirectory(prefix="fairmatch-bench-") as work:
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         results["errors"]["plot"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         bench.log(f"plot failed: {exc}")
     results["server_logs"] = _server_logs(out_dir)
-    results["finished_at"] = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    results["finished_at"] = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     _save(results, results_file)
     report = markdown(results)
     (out_dir / "summary.md").write_text(report + "\n")

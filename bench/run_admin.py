@@ -35,8 +35,9 @@ def _bodies(workload: Workload, batch: int, seed: int) -> list[bytes]:
         return {**spec, "user_priority": rng.choices(levels, shares)[0], "payload": PAYLOAD}
 
     return [
-        json.dumps({"jobs": [job(spec) for spec in rng.choices(specs, weights, k=batch)]},
-                   separators=(",", ":")).encode()  # fmt: skip
+        json.dumps(
+            {"jobs": [job(spec) for spec in rng.choices(specs, weights, k=batch)]}, separators=(",", ":")
+        ).encode()
         for _ in range(DISTINCT_BODIES)
     ]
 

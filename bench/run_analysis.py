@@ -16,12 +16,12 @@ import random
 import statistics
 import time
 
-from app.matching.choice import choose, choose_level
-from app.matching.eligibility import analysis, eligible
-from app.matching.resource import ResourceDescription
-from app.settings import Lottery, MatchingSettings
 from bench.workload_diracx import diracx
 from bench.workload_pilots import catalog_of, pilots
+from fairmatch.matching.choice import choose, choose_level
+from fairmatch.matching.eligibility import analysis, eligible
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.settings import Lottery, MatchingSettings
 
 
 def _percentile(values: list[float], q: float) -> float:

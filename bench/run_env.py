@@ -19,8 +19,8 @@ import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
-from app.db import migrate
-from app.db.engine import APPLICATION_NAME
+from fairmatch.db import migrate
+from fairmatch.db.engine import APPLICATION_NAME
 
 REPO = Path(__file__).resolve().parent.parent
 # the lean claim service's database sessions (bench/references/lean_claim.py names them so)
@@ -113,7 +113,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_ready(root: str, process, seconds: float = 15) -> bool:  # noqa: ANN001 (any Popen-like)
+def wait_until_ready(root: str, process, seconds: float = 15) -> bool:
     """Poll GET {root}/readyz until it answers 200; False if `process` exits or time runs out."""
     deadline = time.monotonic() + seconds
     # one client, no TLS context (plain http on loopback): making one per poll cost ~30 ms of CPU
@@ -240,8 +240,9 @@ def machine(admin_url: str) -> dict:
     with psycopg.connect(database_url(admin_url, _admin_db(admin_url)), autocommit=True) as conn:
         version = conn.execute("SELECT version()").fetchone()[0]
         settings = dict(
-            conn.execute("SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)",
-                         (list(PG_SETTINGS),)).fetchall()  # fmt: skip
+            conn.execute(
+                "SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)", (list(PG_SETTINGS),)
+            ).fetchall()
         )
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {

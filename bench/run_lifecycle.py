@@ -12,6 +12,7 @@ waiting jobs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -65,7 +66,7 @@ def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) 
     """POST /jobs bodies of up to `batch` jobs: each the TQ's spec with its user
     priority and the submit section's payload."""
     for start in range(0, len(jobs), batch):
-        specs = [{**workload.specs[i], "user_priority": p, "payload": PAYLOAD} for i, p in jobs[start:start + batch]]
+        specs = [{**workload.specs[i], "user_priority": p, "payload": PAYLOAD} for i, p in jobs[start : start + batch]]
         yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
 
 
@@ -122,7 +123,7 @@ def stat_fields(text: str) -> tuple[int, int]:
     """(parent pid, CPU ticks) from a /proc/<pid>/stat line: utime + stime, plus
     cutime + cstime, the children that ended and were reaped (a backend that
     exits during a run moves its CPU to the postmaster's)."""
-    rest = text[text.rindex(")") + 2:].split()  # the command may hold spaces and parentheses
+    rest = text[text.rindex(")") + 2 :].split()  # the command may hold spaces and parentheses
     return int(rest[1]), sum(int(v) for v in rest[11:15])
 
 
@@ -131,10 +132,8 @@ def proc_table() -> dict[int, tuple[int, int]]:
     table = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            try:
+            with contextlib.suppress(OSError, ValueError):  # ended meanwhile
                 table[int(entry.name)] = stat_fields(Path(entry.path, "stat").read_text())
-            except (OSError, ValueError):
-                pass  # ended meanwhile
     return table
 
 
@@ -182,10 +181,7 @@ def wait_of(row: Sequence) -> tuple[str, str]:
     transaction; the relation only for lock waits."""
     backend_type, state, wait_type, wait_event, locktype, relation, objid, tuple_relation = row
     state = state or ""
-    if state.startswith("idle in transaction"):
-        event = state
-    else:
-        event = f"{wait_type}:{wait_event}" if wait_type else "CPU"
+    event = state if state.startswith("idle in transaction") else f"{wait_type}:{wait_event}" if wait_type else "CPU"
     if backend_type != "client backend":
         event = f"{backend_type} {event}"
     target = ""
@@ -317,10 +313,10 @@ def lifecycle_run(
                     "postgres": tree_cpu(table, postmaster, exclude=[activity.pid])}  # fmt: skip
 
         def start() -> None:
-            cpu["before"], cpu["since"] = snapshot(), datetime.now(timezone.utc)
+            cpu["before"], cpu["since"] = snapshot(), datetime.now(UTC)
 
         run = run_generator(server.root, resources, pilots, seconds, start)
-        cpu["after"], until = snapshot(), datetime.now(timezone.utc)
+        cpu["after"], until = snapshot(), datetime.now(UTC)
     used = {k: (cpu["after"][k] - cpu["before"][k] if cpu["before"][k] is not None else None) for k in cpu["after"]}
     used["load_generator"] = run["cpu_s"]
     tables_after = table_activity(url)
@@ -369,8 +365,10 @@ def lifecycle_section(b: Bench) -> dict:
         for pilots in plan.lifecycle_pilots:
             top_up = api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
             if top_up["jobs"]:
-                b.log(f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s"
-                      f" ({top_up['retried_503']} answers 503 retried)")
+                b.log(
+                    f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s"
+                    f" ({top_up['retried_503']} answers 503 retried)"
+                )
             run_env.vacuum(b.url)
             _, decided = server.recompute()
             waiting = run_env.waiting_jobs(b.url)

@@ -171,8 +171,9 @@ def diracx_section(b: Bench) -> dict:
         "runs": runs,
         "selection": selection,
         # the largest size over the smallest, per connection count
-        "ratio": {c: _ratio(r[-1]["matches_per_s"], r[0]["matches_per_s"]) if len(r) > 1 else None
-                  for c, r in runs.items()},  # fmt: skip
+        "ratio": {
+            c: _ratio(r[-1]["matches_per_s"], r[0]["matches_per_s"]) if len(r) > 1 else None for c, r in runs.items()
+        },
     }
 
 

@@ -16,12 +16,12 @@ import statistics
 import time
 from pathlib import Path
 
-from app.db.engine import create_engine
-from app.matching.choice import choose, choose_level
-from app.matching.eligibility import analysis, eligible
-from app.matching.resource import ResourceDescription
-from app.services.keeper import Keeper
-from app.settings import MatchingSettings, Settings
+from fairmatch.db.engine import create_engine
+from fairmatch.matching.choice import choose, choose_level
+from fairmatch.matching.eligibility import analysis, eligible
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.services.keeper import Keeper
+from fairmatch.settings import MatchingSettings, Settings
 
 
 def _percentile(values: list[float], q: float) -> float:

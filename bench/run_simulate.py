@@ -18,10 +18,10 @@ import statistics
 import time
 from pathlib import Path
 
-from app.matching.choice import choose, choose_level
-from app.matching.eligibility import eligible
-from app.simulation.run import Simulation
-from app.simulation.scenario import load
+from fairmatch.matching.choice import choose, choose_level
+from fairmatch.matching.eligibility import eligible
+from fairmatch.simulation.run import Simulation
+from fairmatch.simulation.scenario import load
 
 ROOT = Path(__file__).resolve().parents[1]
 

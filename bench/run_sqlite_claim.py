@@ -29,16 +29,16 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from app.db import migrate
-from app.db.engine import create_engine
-from app.jobs.models import JobSpec
-from app.matching.resource import ResourceDescription
-from app.services import matching, priorities, submission
-from app.services.keeper import Keeper
-from app.settings import Settings
+from fairmatch.db import migrate
+from fairmatch.db.engine import create_engine
+from fairmatch.jobs.models import JobSpec
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.services import matching, priorities, submission
+from fairmatch.services.keeper import Keeper
+from fairmatch.settings import Settings
 
 PILOT = {"Site": "BENCH", "CPUTime": 10**7}
 
@@ -99,7 +99,7 @@ def _bare(path: Path, matches: int) -> float:
     rng = random.Random(3)
     started = time.perf_counter()
     for _ in range(matches):
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         db.execute("BEGIN IMMEDIATE")
         row = db.execute("SELECT job_id FROM tq_jobs WHERE tq_id = ? ORDER BY job_id LIMIT 1",
                          (rng.choice(queues),)).fetchone()  # fmt: skip

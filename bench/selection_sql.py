@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psycopg
 
-from app.matching.resource import ResourceDescription
-from app.settings import MatchingSettings
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.settings import MatchingSettings
 
 _SCRATCH = """
 DROP TABLE IF EXISTS bench_tq_gin;

@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from app.settings import Settings
 from bench.workload_fit import Popular, apportion
 from bench.workload_model import USER_PRIORITY_MIX, Mix, Workload, duplicates, requirements, settle
+from fairmatch.settings import Settings
 
 GRIDS = ("LCG", "DIRAC", "ARC", "CLOUD")
 COUNTRIES = ("ch", "de", "fr", "it", "uk", "es", "nl", "pl", "cz", "us", "ca", "br", "cn", "jp", "kr", "au")

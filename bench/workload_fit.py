@@ -31,9 +31,7 @@ def apportion(weights: Sequence[float], total: int, minimum: int = 0) -> list[in
     return [c + minimum for c in counts]
 
 
-def partition(
-    sizes: Sequence[int], quotas: Sequence[tuple[int, float]], rng: random.Random
-) -> list[int]:
+def partition(sizes: Sequence[int], quotas: Sequence[tuple[int, float]], rng: random.Random) -> list[int]:
     """Label every item with a quota index: exactly n items for a quota (n, jobs),
     their sizes summing close to its jobs. The counts must add up to len(sizes)."""
     labels = [q for q, (n, _) in enumerate(quotas) for _ in range(n)]
@@ -139,9 +137,7 @@ def _tilted_sample(pool: list[int], sizes: Sequence[int], k: int, target: float,
     return draw((low + high) / 2)
 
 
-def cover(
-    members: list[set[int]], sizes: Sequence[int], required: Iterable[int], rng: random.Random
-) -> None:
+def cover(members: list[set[int]], sizes: Sequence[int], required: Iterable[int], rng: random.Random) -> None:
     """Put every required item in at least one block, in place: it takes the
     place of a member of similar size that another block also holds, so
     block counts stay exact and job totals nearly so."""

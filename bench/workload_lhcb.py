@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from app.settings import Settings
 from bench.workload_fit import apportion, blocks_of, choose_subset, cover, partition, strata
 from bench.workload_model import USER_PRIORITY_MIX, Mix, Workload, duplicates, requirements, settle
+from fairmatch.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT_NAME = "lhcb-2026-03-28"
@@ -90,8 +90,7 @@ def _job_types(sizes, groups, rows, rng) -> list[str]:
     items = [(int(r["n_tqs"]), int(r["total_jobs"])) for r in rows]
     names = sorted(set(groups))
     capacity = [
-        (sum(1 for g in groups if g == name), sum(s for s, g in zip(sizes, groups) if g == name))
-        for name in names
+        (sum(1 for g in groups if g == name), sum(s for s, g in zip(sizes, groups) if g == name)) for name in names
     ]
     fit = strata(items, capacity) if sum(n for n, _ in items) == len(sizes) else None
     quotas: dict[str, list[tuple[str, int, int]]] = {}
@@ -190,7 +189,6 @@ def lhcb(
         platforms=_weights(read("platform_distribution.csv"), "platform"),
         tags=_weights(read("tag_distribution.csv"), "tag"),
         job_types=tuple(r["job_type"] for r in read("jobtype_distribution.csv")),
-        cpu_times={int(r["cpu_segment_seconds"]): float(r["total_jobs"])
-                   for r in read("cputime_distribution.csv")},  # fmt: skip
+        cpu_times={int(r["cpu_segment_seconds"]): float(r["total_jobs"]) for r in read("cputime_distribution.csv")},
         user_priorities=user_priorities,
     )

@@ -18,7 +18,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg import errors, sql
@@ -27,12 +27,12 @@ from psycopg.types.json import Json
 from sqlalchemy import ARRAY
 from sqlalchemy.dialects import postgresql
 
-from app.db.tables import task_queues
-from app.db.taskqueues import INITIAL_PRIORITY
-from app.jobs.lifecycle import JobStatus
-from app.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of, real_priority, stored_levels
 from bench.workload_fit import apportion
 from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
+from fairmatch.db.tables import task_queues
+from fairmatch.db.taskqueues import INITIAL_PRIORITY
+from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of, real_priority, stored_levels
 
 PRIORITY_CLASS = 0
 # jobs reach a TQ in submissions of this size, interleaved across TQs, as
@@ -286,7 +286,7 @@ def _finish(conn: psycopg.Connection, report: dict, started: float, progress: Pr
 def load(url: str, workload: Workload, *, progress: Progress | None = print) -> dict:
     """Write the workload into an empty, migrated database. Returns row counts and seconds."""
     started = time.monotonic()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with _connect(url) as conn:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(LOCK)
@@ -310,7 +310,7 @@ def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress 
     `total_jobs` jobs wait, the levels brought back to the workload's mix
     (`top_up_mix`). TQs drained and deleted since are created again."""
     started = time.monotonic()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with _connect(url) as conn:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(LOCK)
@@ -335,9 +335,7 @@ def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress 
             _add_levels(cur, {tq_ids[i]: n for i, n in levels.items() if i in tq_ids})
             missing = [i for i, h in enumerate(workload.hashes) if h not in found]
             if missing:
-                created, values = _create_task_queues(
-                    cur, workload, missing, _next_id(cur, "task_queues"), now, levels
-                )
+                created, values = _create_task_queues(cur, workload, missing, _next_id(cur, "task_queues"), now, levels)
                 tq_ids |= created
                 report |= {"task_queues": len(created), "values": values}
             report["jobs"] = add

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from app.jobs.models import JobSpec
-from app.jobs.submission import requirements_of
-from app.settings import Settings, load_settings
-from app.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
+from fairmatch.jobs.models import JobSpec
+from fairmatch.jobs.submission import requirements_of
+from fairmatch.settings import Settings, load_settings
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
 
 # user priority -> share of each TQ's jobs: most jobs at the default 1, some
 # raised by their owners, so every TQ of more than a handful of jobs holds

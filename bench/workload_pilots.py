@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from app.matching.catalog import Catalog
-from app.matching.eligibility import eligible
-from app.matching.resource import ResourceDescription
-from app.settings import MatchingSettings
-from app.taskqueues.requirements import MULTI_VALUE_FIELDS
 from bench.workload_fit import Popular
 from bench.workload_model import Workload
+from fairmatch.matching.catalog import Catalog
+from fairmatch.matching.eligibility import eligible
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.settings import MatchingSettings
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
 def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
@@ -54,11 +54,18 @@ def catalog_of(workload: Workload) -> Catalog:
     catalog = Catalog()
     catalog.apply(
         {
-            "id": i + 1, "requirements_hash": workload.hashes[i], "owner": req.owner,
-            "owner_group": req.owner_group, "vo": req.vo, "cpu_time": req.cpu_time,
-            "priority_class": req.priority_class, "priority": 1.0, "levels": [[1.0, jobs]], "changed_at": None,
+            "id": i + 1,
+            "requirements_hash": workload.hashes[i],
+            "owner": req.owner,
+            "owner_group": req.owner_group,
+            "vo": req.vo,
+            "cpu_time": req.cpu_time,
+            "priority_class": req.priority_class,
+            "priority": 1.0,
+            "levels": [[1.0, jobs]],
+            "changed_at": None,
             **{field: list(req.values(field)) for field in MULTI_VALUE_FIELDS},
-        }  # fmt: skip
+        }
         for i, (req, jobs) in enumerate(zip(workload.requirements, workload.jobs))
     )
     return catalog

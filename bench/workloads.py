@@ -23,7 +23,17 @@ from bench.workload_load import load, top_up
 from bench.workload_model import USER_PRIORITY_MIX, Workload, parse_mix
 from bench.workload_pilots import catalog_of, eligible_count, eligible_fraction, pilots
 
-__all__ = ["Workload", "catalog_of", "diracx", "eligible_count", "eligible_fraction", "lhcb", "load", "pilots", "top_up"]
+__all__ = [
+    "Workload",
+    "catalog_of",
+    "diracx",
+    "eligible_count",
+    "eligible_fraction",
+    "lhcb",
+    "load",
+    "pilots",
+    "top_up",
+]
 DEFAULT_MIX = ",".join(f"{p}:{share * 100:g}" for p, share in USER_PRIORITY_MIX)
 
 
@@ -72,8 +82,10 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr)  # fmt: skip
         return
     log = lambda line: print(line, file=sys.stderr)  # noqa: E731
-    report = load(args.url, workload, progress=log) if args.command == "load" else top_up(
-        args.url, workload, args.total, progress=log
+    report = (
+        load(args.url, workload, progress=log)
+        if args.command == "load"
+        else top_up(args.url, workload, args.total, progress=log)
     )
     print(json.dumps(report, indent=2))
 

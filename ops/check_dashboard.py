@@ -68,8 +68,12 @@ def start_replicas(env: dict[str, str], work: Path) -> tuple[list[str], list[sub
         port = free_port()
         log = (work / f"matcher-{n}.log").open("wb")
         processes.append(
-            subprocess.Popen([FAIRMATCH, "serve", "--workers", "2", "--port", str(port)],
-                             env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            subprocess.Popen(
+                [FAIRMATCH, "serve", "--workers", "2", "--port", str(port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         )
         urls.append(f"http://127.0.0.1:{port}")
     for url in urls:

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from app.db import migrate
-from app.db.tables import metadata
 from bench.run_env import wait_until_ready  # also imported from here by the test modules
+from fairmatch.db import migrate
+from fairmatch.db.tables import metadata
 from tests.forked_server import ForkedServerProcess
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ A new interpreter spends ~1 s of CPU importing the service (FastAPI, SQLAlchemy,
 pydantic models, alembic) before uvicorn serves its first request, and the suite
 starts about a hundred servers. multiprocessing's fork server imports it once per
 test worker; each server is a fork of it that runs uvicorn on its own port with
-its own environment and log file, as `python -m uvicorn app.main:create_app
+its own environment and log file, as `python -m uvicorn fairmatch.main:create_app
 --factory` would: the application, its settings and its connections are made in
 the child. The settings are read from the environment there, never in the fork
 server, which only imports.
@@ -18,14 +18,14 @@ import subprocess
 from pathlib import Path
 
 # imported by the fork server, ahead of every fork
-PRELOAD = ["app.main", "uvicorn", "uvicorn.protocols.http.httptools_impl", "uvicorn.loops.uvloop"]
+PRELOAD = ["fairmatch.main", "uvicorn", "uvicorn.protocols.http.httptools_impl", "uvicorn.loops.uvloop"]
 
 
 def _serve(env: dict[str, str], port: int, log_path: str, cwd: str) -> None:
     """The forked child: its environment, its log as stdout and stderr, then uvicorn."""
     import uvicorn
 
-    from app.settings import get_settings
+    from fairmatch.settings import get_settings
 
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
@@ -35,7 +35,7 @@ def _serve(env: dict[str, str], port: int, log_path: str, cwd: str) -> None:
     os.environ.update(env)
     os.chdir(cwd)
     get_settings.cache_clear()  # never read in the fork server; cleared all the same
-    uvicorn.run("app.main:create_app", factory=True, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run("fairmatch.main:create_app", factory=True, host="127.0.0.1", port=port, log_level="warning")
 
 
 class ForkedServerProcess:

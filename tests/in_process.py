@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from app.cli import main
-from app.settings import get_settings
+from fairmatch.cli import main
+from fairmatch.settings import get_settings
 
 
 @contextmanager

@@ -292,13 +292,13 @@ def test_dockerfile_copies_only_what_exists_and_is_in_the_build_context():
     for source in copied_sources():
         assert (REPO / source).exists(), source
         assert not dockerignored(source, patterns), f"{source} is excluded by .dockerignore"
-    for source in (".venv", "tests", ".git", "fairmatch.db", "app/__pycache__"):
+    for source in (".venv", "tests", ".git", "fairmatch.db", "fairmatch/__pycache__"):
         assert dockerignored(source, patterns), f"{source} would be sent to the build"
 
 
 def test_the_dockerignore_check_catches_an_excluded_source():
-    assert dockerignored("app/main.py", ["*", "!pyproject.toml"])
-    assert not dockerignored("app/main.py", ["*", "!app"])
+    assert dockerignored("fairmatch/main.py", ["*", "!pyproject.toml"])
+    assert not dockerignored("fairmatch/main.py", ["*", "!fairmatch"])
 
 
 # --- Prometheus ------------------------------------------------------------------

@@ -5,8 +5,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from app.db import migrate
-from app.db.tables import metadata
+from fairmatch.db import migrate
+from fairmatch.db.tables import metadata
 from tests.conftest import BACKENDS, new_database
 
 
@@ -69,7 +69,9 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_every_row_and_never_reuse_
             "(40, 'Waiting', 'alice', 'g', 'vo', 3600, '{}', 1, 0, 9, '2026-01-01')"  # queue 9 was deleted
         )
         conn.exec_driver_sql("INSERT INTO tq_jobs (job_id, tq_id, user_priority, real_priority) VALUES (40, 7, 1, 1.0)")
-        conn.exec_driver_sql("INSERT INTO job_events (job_id, status, at, source) VALUES (40, 'Waiting', '2026-01-01', 'submit')")
+        conn.exec_driver_sql(
+            "INSERT INTO job_events (job_id, status, at, source) VALUES (40, 'Waiting', '2026-01-01', 'submit')"
+        )
     migrate.upgrade(url, "head")
     with engine.begin() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM tq_jobs").scalar() == 1

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.db.engine import create_engine
-from app.settings import Settings
+from fairmatch.db.engine import create_engine
+from fairmatch.settings import Settings
 from tests.conftest import BACKENDS, PG_ADMIN_URL, PerBackend, TestDatabase, migrated_database, pg_url
 from tests.db.world import World
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from app.clock import utcnow
-from app.services import priorities
+from fairmatch.clock import utcnow
+from fairmatch.services import priorities
 from tests.db.conftest import SEED
 from tests.db.world import World
 from tests.fair_share import CORRECTIONS, PILOT, by_group, by_owner, by_platforms, by_user_priority, job, priorities_by
@@ -75,7 +75,10 @@ async def test_group_shares_2000_and_1000(world_of, lottery, p_big):
     await world.put_group("small", 1000)
     await world.submit([job("alice", "big") for _ in range(2000)] + [job("bob", "small") for _ in range(2000)])
     await world.recompute()
-    assert priorities_by(await world.task_queues(), by_group) == {"big": pytest.approx(2000), "small": pytest.approx(1000)}
+    assert priorities_by(await world.task_queues(), by_group) == {
+        "big": pytest.approx(2000),
+        "small": pytest.approx(1000),
+    }
     assert (await probabilities(world, PILOT, by_group))["big"] == pytest.approx(p_big, abs=1e-6)
 
     counts = await draw_matches(world, SHARE_MATCHES, by_group)
@@ -124,7 +127,10 @@ async def test_user_priorities_split_an_entity_over_its_task_queues(world_of):
     await world.submit([job("erin", "solo", 1, platforms=["p1"]) for _ in range(1500)]
                        + [job("erin", "solo", 3, platforms=["p2"]) for _ in range(1500)])  # fmt: skip
     await world.recompute()
-    assert priorities_by(await world.task_queues(), by_platforms) == {("p1",): pytest.approx(250), ("p2",): pytest.approx(750)}
+    assert priorities_by(await world.task_queues(), by_platforms) == {
+        ("p1",): pytest.approx(250),
+        ("p2",): pytest.approx(750),
+    }
     resource = {**PILOT, "Platform": ["p1", "p2"]}
     assert (await probabilities(world, resource, by_platforms))[("p2",)] == pytest.approx(0.75, abs=1e-6)
     counts = await draw_matches(world, MATCHES, by_user_priority, resource)

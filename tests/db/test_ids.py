@@ -14,12 +14,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from app.clock import utcnow
-from app.db.claims import ClaimDB, Claimed, ClaimTarget
-from app.db.engine import read_transaction
-from app.db.tables import usage_charges
-from app.jobs.models import StatusUpdate
-from app.services import accounting, jobs, taskqueues
+from fairmatch.clock import utcnow
+from fairmatch.db.claims import ClaimDB, Claimed, ClaimTarget
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import usage_charges
+from fairmatch.jobs.models import StatusUpdate
+from fairmatch.services import accounting, jobs, taskqueues
 from tests.db.world import World
 
 pytestmark = pytest.mark.anyio

@@ -10,16 +10,16 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from app.clock import utcnow
-from app.db.claims import ClaimDB, Claimed, ClaimTarget, Missed
-from app.db.engine import read_transaction
-from app.db.tables import jobs, task_queues, tq_jobs
-from app.db.taskqueues import TaskQueueDB
-from app.jobs.models import JobSpec
-from app.jobs.submission import requirements_of
-from app.matching.resource import ResourceDescription
-from app.services import matching, submission
-from app.services.keeper import Keeper
+from fairmatch.clock import utcnow
+from fairmatch.db.claims import ClaimDB, Claimed, ClaimTarget, Missed
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import jobs, task_queues, tq_jobs
+from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.jobs.models import JobSpec
+from fairmatch.jobs.submission import requirements_of
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.services import matching, submission
+from fairmatch.services.keeper import Keeper
 
 pytestmark = pytest.mark.anyio
 NOW_LEASE = 600

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from sqlalchemy import func, insert, select
 
-from app.db.engine import read_transaction
-from app.db.tables import groups
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import groups
 
 pytestmark = pytest.mark.anyio
 

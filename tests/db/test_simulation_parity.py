@@ -2,7 +2,7 @@
 
 One history is played twice: through the service on a real database (submit,
 match a named job, report Running and Done with its CPU, sample the history)
-and in the simulated world (app.simulation.world). Then the configured policy
+and in the simulated world (fairmatch.simulation.world). Then the configured policy
 decides on both, with share corrections (dirac), windowed usage (rank) and
 decayed usage with job ages (multifactor, over the implicit tree and over an
 imported association tree) all in play, and every task queue
@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from app.accounting.associations import parse_sacctmgr
-from app.db.engine import create_engine, read_transaction
-from app.db.priorities import PriorityDB
-from app.jobs.models import JobSpec, StatusUpdate
-from app.services import accounting, groups, jobs, matching, priorities, submission
-from app.settings import Settings
-from app.simulation.run import START
-from app.simulation.scenario import ScenarioSettings
-from app.simulation.world import Inputs
-from app.simulation.world import World as SimulatedWorld
-from app.taskqueues.requirements import real_priority
+from fairmatch.accounting.associations import parse_sacctmgr
+from fairmatch.db.engine import create_engine, read_transaction
+from fairmatch.db.priorities import PriorityDB
+from fairmatch.jobs.models import JobSpec, StatusUpdate
+from fairmatch.services import accounting, groups, jobs, matching, priorities, submission
+from fairmatch.settings import Settings
+from fairmatch.simulation.run import START
+from fairmatch.simulation.scenario import ScenarioSettings
+from fairmatch.simulation.world import Inputs
+from fairmatch.simulation.world import World as SimulatedWorld
+from fairmatch.taskqueues.requirements import real_priority
 from tests.db.world import World
 
 pytestmark = pytest.mark.anyio
@@ -39,14 +39,24 @@ GROUPS = {
 }
 SLICE = {"time_span": 7200, "weight": 1.0, "max_correction": 3.0}
 POLICIES = {
-    "dirac-corrected": {"priority": {"policy": "dirac", "corrections_enabled": True, "corrections": {"instances": {
-        "groups": {"slices": {"recent": SLICE}},
-        "beta-owners": {"group": "beta", "slices": {"recent": SLICE}},
-    }}}},
+    "dirac-corrected": {
+        "priority": {
+            "policy": "dirac",
+            "corrections_enabled": True,
+            "corrections": {
+                "instances": {
+                    "groups": {"slices": {"recent": SLICE}},
+                    "beta-owners": {"group": "beta", "slices": {"recent": SLICE}},
+                }
+            },
+        }
+    },
     "rank": {"priority": {"policy": "rank", "rank": {"window_days": 1}}},
     "multifactor": {"priority": {"policy": "multifactor"}, "accounting": {"half_life_days": 0.5}},
-    "multifactor-tree": {"priority": {"policy": "multifactor", "multifactor": {"fairshare": "fair_tree"}},
-                         "accounting": {"half_life_days": 0.5}},  # fmt: skip
+    "multifactor-tree": {
+        "priority": {"policy": "multifactor", "multifactor": {"fairshare": "fair_tree"}},
+        "accounting": {"half_life_days": 0.5},
+    },
 }
 # an imported tree (sacctmgr -n -p) for "multifactor-tree": usage climbs it to the root
 TREE = """root|1|||
@@ -161,7 +171,7 @@ async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[
     settings = ScenarioSettings(**config, groups=GROUPS)
     world = SimulatedWorld(settings, {}, START, parse_sacctmgr(TREE) if tree else ())
     queues = {}
-    for i, (seconds, owner, group, n, fields) in enumerate(SUBMISSIONS):
+    for i, (seconds, _owner, _group, n, _fields) in enumerate(SUBMISSIONS):
         queues[i], _ = world.submit(JobSpec(priority_class=0, **spec(i)), 0, n, seconds, runtime_hours=1.0)
     for index, runtime in CLAIMS:
         level = real_priority(SUBMISSIONS[index][4]["user_priority"])

@@ -13,10 +13,10 @@ import asyncio
 import pytest
 from sqlalchemy import select, text
 
-from app.db.tables import task_queues
-from app.db.taskqueues import TaskQueueDB
-from app.jobs.models import JobSpec
-from app.services import submission
+from fairmatch.db.tables import task_queues
+from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.jobs.models import JobSpec
+from fairmatch.services import submission
 
 pytestmark = pytest.mark.anyio
 
@@ -25,9 +25,7 @@ def spec(owner: str) -> JobSpec:
     return JobSpec(priority_class=0, owner=owner, owner_group="g")
 
 
-async def test_a_submission_locks_its_task_queues_in_the_order_priority_runs_update_them(
-    engine, settings, cloned
-):
+async def test_a_submission_locks_its_task_queues_in_the_order_priority_runs_update_them(engine, settings, cloned):
     if cloned.backend != "postgresql":
         pytest.skip("SQLite has one writer at a time")
     async with engine.connect() as conn:
@@ -48,8 +46,9 @@ async def test_a_submission_locks_its_task_queues_in_the_order_priority_runs_upd
             await run.execute(text("SET LOCAL deadlock_timeout = '100ms'"))
             await run.execute(text("UPDATE task_queues SET priority = 2 WHERE id = :id"), {"id": low.id})
             # the submission's step that holds the TQs it joins (its inserts came first and found them)
-            holding = asyncio.create_task(TaskQueueDB.of(submitter)._lock_existing([high.requirements_hash,
-                                                                                    low.requirements_hash]))
+            holding = asyncio.create_task(
+                TaskQueueDB.of(submitter)._lock_existing([high.requirements_hash, low.requirements_hash])
+            )
             await asyncio.sleep(0.5)
             assert not holding.done()  # waits for the run's first row, holding nothing the run needs next
             await asyncio.wait_for(

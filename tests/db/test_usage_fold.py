@@ -13,12 +13,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, text
 
-from app.clock import utcnow
-from app.db.accounting import AccountingDB
-from app.db.engine import read_transaction
-from app.db.tables import usage_charges
-from app.jobs.models import StatusUpdate
-from app.services import accounting, jobs
+from fairmatch.clock import utcnow
+from fairmatch.db.accounting import AccountingDB
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import usage_charges
+from fairmatch.jobs.models import StatusUpdate
+from fairmatch.services import accounting, jobs
 from tests.db.world import World
 
 pytestmark = pytest.mark.anyio

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from app.clock import as_utc, utcnow
-from app.db.engine import read_transaction
-from app.db.tables import job_events
-from app.db.tables import jobs as jobs_table
-from app.services import jobs, watchdogs
+from fairmatch.clock import as_utc, utcnow
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import job_events
+from fairmatch.db.tables import jobs as jobs_table
+from fairmatch.services import jobs, watchdogs
 from tests.db.world import World
 
 pytestmark = pytest.mark.anyio

@@ -14,12 +14,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.jobs.models import JobSpec, StatusUpdate
-from app.matching.resource import ResourceDescription
-from app.priority.groups import GroupUpdate
-from app.services import groups, history, jobs, matching, priorities, submission, taskqueues
-from app.services.keeper import Keeper
-from app.settings import Settings
+from fairmatch.jobs.models import JobSpec, StatusUpdate
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.priority.groups import GroupUpdate
+from fairmatch.services import groups, history, jobs, matching, priorities, submission, taskqueues
+from fairmatch.services.keeper import Keeper
+from fairmatch.settings import Settings
 
 
 class World:

@@ -12,6 +12,6 @@ def assert_problem(response: httpx.Response, status: int) -> dict:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     body = response.json()
-    assert PROBLEM_KEYS <= body.keys(), body
+    assert body.keys() >= PROBLEM_KEYS, body
     assert body["status"] == status and body["title"] and body["detail"]
     return body

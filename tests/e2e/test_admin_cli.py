@@ -17,9 +17,9 @@ from collections.abc import Callable
 import pytest
 from typer.testing import CliRunner
 
-from app.auth.tokens import Role, create_token
-from app.cli import cli, render
-from app.cli import jobs as job_commands
+from fairmatch.auth.tokens import Role, create_token
+from fairmatch.cli import cli, render
+from fairmatch.cli import jobs as job_commands
 from tests.conftest import Server
 from tests.e2e.conftest import TOKEN_SETTINGS
 from tests.e2e.test_cli import assert_failed, get_job, submit_via_api, succeeded, unreachable_url
@@ -149,9 +149,7 @@ def test_bad_input_exits_2_in_one_line_before_any_request(run, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(
-    "args", [["jobs", "list"], ["groups", "list"], ["limits", "show"], ["status"], ["recompute"]]
-)
+@pytest.mark.parametrize("args", [["jobs", "list"], ["groups", "list"], ["limits", "show"], ["status"], ["recompute"]])
 def test_an_unreachable_service_exits_1(run, args):
     url = unreachable_url()
 
@@ -203,8 +201,15 @@ def test_groups_set_creates_from_the_defaults_and_changes_only_what_is_given(at,
     shown = at("groups", "show", "atlas")
     listed = at("groups", "list")
 
-    assert created == {"name": "atlas", "job_share": 250.0, "properties": ["JOB_SHARING", "NormalUser"],
-                       "job_sharing": True, "allow_background_tqs": False, "priority": 0, "description": None}
+    assert created == {
+        "name": "atlas",
+        "job_share": 250.0,
+        "properties": ["JOB_SHARING", "NormalUser"],
+        "job_sharing": True,
+        "allow_background_tqs": False,
+        "priority": 0,
+        "description": None,
+    }
     assert (changed["job_share"], changed["properties"], changed["priority"]) == (250.0, created["properties"], 3)
     assert (changed["allow_background_tqs"], changed["description"]) == (True, "ATLAS")
     assert (cleared["properties"], cleared["job_sharing"], cleared["allow_background_tqs"]) == ([], False, False)
@@ -336,10 +341,14 @@ def test_limits_set_show_set_one_and_remove(at, run, server, tmp_path):
         return {(e["site"], e["attribute"], e["value"]): (e["running_limit"], e["matching_delay"])
                 for e in answer["limits"]}  # fmt: skip
 
-    assert keyed(replaced) == keyed(shown) == {
-        ("S1", "owner_group", "g"): (2, None),
-        ("S2", "job_type", "MC"): (None, 1.5),  # DIRAC's JobType stored as job_type
-    }
+    assert (
+        keyed(replaced)
+        == keyed(shown)
+        == {
+            ("S1", "owner_group", "g"): (2, None),
+            ("S2", "job_type", "MC"): (None, 1.5),  # DIRAC's JobType stored as job_type
+        }
+    )
     assert all(e["running"] == 0 and e["last_match_at"] is None for e in shown["limits"])
     assert keyed(added)[("S1", "owner", "alice")] == (None, 30.0) and len(added["limits"]) == 3
     assert keyed(changed)[("S1", "owner_group", "g")] == (5, 2.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.associations import MAX_DUMP_CHARS
+from fairmatch.api.associations import MAX_DUMP_CHARS
 from tests.e2e.problems import assert_problem
 from tests.in_process import run_fairmatch
 

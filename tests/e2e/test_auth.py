@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app.auth.tokens import Role, create_token
-from app.settings import AuthSettings
+from fairmatch.auth.tokens import Role, create_token
+from fairmatch.settings import AuthSettings
 from tests.conftest import REPO, start_server
 from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
 from tests.e2e.problems import assert_problem
@@ -32,9 +32,7 @@ def rsa_pem_pair() -> tuple[bytes, bytes]:
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return private, public
 
 
@@ -274,7 +272,9 @@ class TestUser:
         assert alice.submit(owner="alice", owner_group="g2").status_code == 201
 
     @pytest.mark.parametrize(
-        "spec", [{"owner": "bob"}, {"owner_group": "g3"}, {"priority_class": 1}], ids=["other-owner", "other-group", "raised-class"]
+        "spec",
+        [{"owner": "bob"}, {"owner_group": "g3"}, {"priority_class": 1}],
+        ids=["other-owner", "other-group", "raised-class"],
     )
     def test_may_not_submit_for_others_or_raise_the_class(self, alice, spec, clean):
         assert_problem(alice.submit(**spec), 403)

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import cli, render
-from app.cli import jobs as job_commands
-from app.cli.serve import client_url
-from app.db import migrate
+from fairmatch.cli import cli, render
+from fairmatch.cli import jobs as job_commands
+from fairmatch.cli.serve import client_url
+from fairmatch.db import migrate
 from tests.conftest import (
     BACKENDS,
     Server,
@@ -348,14 +348,24 @@ def test_serve_refuses_an_unmigrated_postgresql_without_a_traceback(fairmatch):
         ({"FAIRMATCH_CONFIG": "/nonexistent/fairmatch.toml"}, "invalid settings: FAIRMATCH_CONFIG"),
         ({"FAIRMATCH_DATABASE_URL": "mysql://db/fairmatch"}, "unsupported database URL scheme"),
         # settings that would silently do nothing
-        ({"FAIRMATCH_PRIORITY__POLICY": "rank", "FAIRMATCH_PRIORITY__CORRECTIONS_ENABLED": "true"},
-         "share corrections are applied by the dirac policy only"),
-        ({"FAIRMATCH_PRIORITY__POLICY": "multifactor", "FAIRMATCH_MATCHING__PREFER_LONGEST_CPU": "true"},
-         "priority.multifactor.weights.job_size = 100 has no effect while matching.prefer_longest_cpu = true"),
+        (
+            {"FAIRMATCH_PRIORITY__POLICY": "rank", "FAIRMATCH_PRIORITY__CORRECTIONS_ENABLED": "true"},
+            "share corrections are applied by the dirac policy only",
+        ),
+        (
+            {"FAIRMATCH_PRIORITY__POLICY": "multifactor", "FAIRMATCH_MATCHING__PREFER_LONGEST_CPU": "true"},
+            "priority.multifactor.weights.job_size = 100 has no effect while matching.prefer_longest_cpu = true",
+        ),
         ({"FAIRMATCH_PRIORITY__RANK__WINDOW_DAYS": "3"}, "[priority.rank] is read by the rank policy only"),
     ],
-    ids=["bad-port", "missing-config", "bad-database-url", "corrections-without-dirac",
-         "job-size-under-longest-cpu", "rank-section-under-dirac"],
+    ids=[
+        "bad-port",
+        "missing-config",
+        "bad-database-url",
+        "corrections-without-dirac",
+        "job-size-under-longest-cpu",
+        "rank-section-under-dirac",
+    ],
 )
 def test_serve_refuses_invalid_settings(fairmatch, env, message):
     assert_failed(fairmatch("serve", **env), 2, message)

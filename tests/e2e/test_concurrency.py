@@ -129,8 +129,7 @@ def pilot(name: str) -> Callable[[httpx.Client], dict]:
 def test_concurrent_pilots_get_every_job_exactly_once(client, server, database):
     # 300 jobs over 6 TQs (3 owners x 2 site lists), two user-priority levels in each
     specs = [
-        spec(owner=f"user{i % 3}", sites=["S1"] if i % 2 else [], user_priority=1 + i % 4 // 2)
-        for i in range(300)
+        spec(owner=f"user{i % 3}", sites=["S1"] if i % 2 else [], user_priority=1 + i % 4 // 2) for i in range(300)
     ]
     submitted = submit(client, specs[:150]) + submit(client, specs[150:])
     assert len(client.get("/taskqueues").json()["task_queues"]) == 6
@@ -150,9 +149,7 @@ def test_concurrent_pilots_get_every_job_exactly_once(client, server, database):
     owner = {j: f"pilot-{n}" for n, r in enumerate(results) for j in r["jobs"]}
     recorded = dict(query(database, "SELECT id, pilot_reference FROM jobs"))
     assert recorded == owner
-    events = query(
-        database, "SELECT job_id, count(*) FROM job_events WHERE status = 'Matched' GROUP BY job_id"
-    )
+    events = query(database, "SELECT job_id, count(*) FROM job_events WHERE status = 'Matched' GROUP BY job_id")
     assert {n for _, n in events} == {1} and len(events) == 300
     assert client.post("/match", json=PILOT).status_code == 204
     assert_queue_invariants(database)
@@ -236,9 +233,7 @@ def test_racing_submit_match_and_kill_keep_tq_jobs_equal_to_the_waiting_jobs(cli
     counts = statuses(database)
     assert sum(counts.values()) == len(submitted)
     assert set(counts) <= {"Waiting", "Matched", "Killed"}
-    kill_events = query(
-        database, "SELECT job_id, count(*) FROM job_events WHERE status = 'Killed' GROUP BY job_id"
-    )
+    kill_events = query(database, "SELECT job_id, count(*) FROM job_events WHERE status = 'Killed' GROUP BY job_id")
     assert all(n == 1 for _, n in kill_events)
     assert len(kill_events) == counts["Killed"]
     # whatever is still waiting can be matched: nothing is stranded in a missing TQ

@@ -9,7 +9,7 @@ come out and on the probabilities the explanation gives.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -219,7 +219,7 @@ def value_rules():
     """The same rules for grid_ce, platform and job_type (resource key -> TQ field)."""
     for field, key in (("grid_ces", "GridCE"), ("platforms", "Platform"), ("job_types", "JobType")):
 
-        def given(value):
+        def given(value, key=key):
             return resource(**{key: value})
 
         yield rule(
@@ -612,9 +612,9 @@ def parse_time(value: str) -> datetime:
 
 def test_claim_marks_the_job_matched_with_site_pilot_and_lease(client):
     job_id, tq_id = submit_one(client, payload={"cmd": ["echo", 1]})
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     got = match(client, resource(Site="LCG.CERN.cern", PilotReference="https://pilot/42"))
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert got is not None
     assert got["job_id"] == job_id
     assert got["task_queue_id"] == tq_id
@@ -849,8 +849,20 @@ def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
     assert r.status_code == 200, r.text
     found = r.json()["analysis"]
     assert (found["task_queues_considered"], found["eligible"]) == (5, 1), found
-    assert list(found["rejected_by"]) == ["cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type",
-                                          "tags", "required_tags", "owner_group", "owner", "vo", "site_limit"]
+    assert list(found["rejected_by"]) == [
+        "cpu_time",
+        "site",
+        "banned_site",
+        "grid_ce",
+        "platform",
+        "job_type",
+        "tags",
+        "required_tags",
+        "owner_group",
+        "owner",
+        "vo",
+        "site_limit",
+    ]
     assert {k: v for k, v in found["rejected_by"].items() if v} == {
         "site": 1, "cpu_time": 1, "platform": 1, "tags": 1, "banned_site": 1, "site_limit": 1,
     }  # fmt: skip

@@ -106,7 +106,9 @@ def test_group_shares_2000_and_1000(server_factory, clean, settings, p_big):
     with server_factory(**settings).client() as c:
         put_group(c, "big", 2000)
         put_group(c, "small", 1000)
-        submit(c, [job("alice", "big") for _ in range(HTTP_MATCHES)] + [job("bob", "small") for _ in range(HTTP_MATCHES)])
+        submit(
+            c, [job("alice", "big") for _ in range(HTTP_MATCHES)] + [job("bob", "small") for _ in range(HTTP_MATCHES)]
+        )
         recompute(c)
         tqs = task_queues(c)
         assert priorities_by(tqs, by_group) == {"big": pytest.approx(2000), "small": pytest.approx(1000)}

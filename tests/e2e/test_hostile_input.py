@@ -20,7 +20,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.db.tables import BACKGROUND_TABLES, metadata
+from fairmatch.db.tables import BACKGROUND_TABLES, metadata
 from tests.conftest import REPO, start_server
 from tests.conftest import TestDatabase as Database  # (not collected as a test class)
 
@@ -188,7 +188,7 @@ C1_CONTROL_CHARACTERS = ["\x80", "\x85", "\x9b", "\x9f"]
 
 
 def _job_with(field: str, value: str) -> dict:
-    return {"jobs": [spec(**{field: [value] if field in LIST_FIELDS + ("banned_sites",) else value})]}
+    return {"jobs": [spec(**{field: [value] if field in (*LIST_FIELDS, "banned_sites") else value})]}
 
 
 def _resource_with(field: str, value: str) -> dict:
@@ -344,9 +344,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting(client):
 @pytest.fixture(scope="module")
 def small_server(database, tmp_path_factory):
     """A server on the session's database that takes bodies of at most 100 000 bytes."""
-    srv = start_server(
-        database, tmp_path_factory.mktemp("small-body"), SERVER__MAX_BODY_BYTES=str(SMALL_BODY_LIMIT)
-    )
+    srv = start_server(database, tmp_path_factory.mktemp("small-body"), SERVER__MAX_BODY_BYTES=str(SMALL_BODY_LIMIT))
     yield srv
     srv.stop()
 
@@ -481,7 +479,10 @@ def test_absurd_numbers_in_paths_and_queries_are_422(client, number):
 WRONG_CONTENT = {
     "text-plain": ("text/plain", json.dumps({"jobs": [spec()]})),
     "form": ("application/x-www-form-urlencoded", "owner=alice&owner_group=physics"),
-    "multipart": ("multipart/form-data; boundary=b", '--b\r\nContent-Disposition: form-data; name="jobs"\r\n\r\n[]\r\n--b--\r\n'),
+    "multipart": (
+        "multipart/form-data; boundary=b",
+        '--b\r\nContent-Disposition: form-data; name="jobs"\r\n\r\n[]\r\n--b--\r\n',
+    ),
     "xml": ("application/xml", "<jobs><job owner='alice'/></jobs>"),
     "no-content-type": (None, json.dumps({"jobs": [spec()]})),
     "empty-json": ("application/json", ""),
@@ -551,11 +552,11 @@ def string_constants(tree: ast.Module) -> set[str]:
 
 
 def python_sources() -> list[Path]:
-    return sorted(p for top in ("app", "migrations") for p in (REPO / top).rglob("*.py"))
+    return sorted(p for p in (REPO / "fairmatch").rglob("*.py"))
 
 
 def test_no_sql_is_built_by_string_formatting():
-    # constant SQL is fine (the PRAGMAs and BEGINs of app/db/engine.py, SELECT 1): only
+    # constant SQL is fine (the PRAGMAs and BEGINs of fairmatch/db/engine.py, SELECT 1): only
     # strings built at run time could carry input into a statement
     found = {}
     for path in python_sources():

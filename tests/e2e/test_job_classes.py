@@ -316,6 +316,7 @@ def test_who_reads_which_classes(as_role, admin, alice):
     put_class(admin, "mine", allowed_users=["alice"], allowed_groups=["g1", "g2"])
     put_class(admin, "bobs", allowed_users=["bob"])
     put_class(admin, "g2only", allowed_groups=["g2"])
+
     def names(api: httpx.Client) -> list[str]:
         return [c["name"] for c in api.get("/job-classes").json()["job_classes"]]
 

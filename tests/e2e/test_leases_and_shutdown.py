@@ -26,7 +26,10 @@ def wait_for(predicate, seconds: float = 10, step: float = 0.1):
 def test_a_match_never_confirmed_returns_to_waiting_after_its_lease(server_factory, clean):
     server = server_factory(JOBS__MATCHED_LEASE_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.3")
     with server.client() as api:
-        ids = [j["job_id"] for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}] * 2}).json()["jobs"]]
+        ids = [
+            j["job_id"]
+            for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}] * 2}).json()["jobs"]
+        ]
         confirmed = api.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"]
         forgotten = api.post("/match", json={"Site": "S", "CPUTime": 10**6}).json()["job_id"]
         assert {confirmed, forgotten} == set(ids)
@@ -47,7 +50,10 @@ def test_a_match_never_confirmed_returns_to_waiting_after_its_lease(server_facto
             f"SELECT status, source FROM job_events WHERE job_id = {int(forgotten)} ORDER BY id"
         ).all()
     assert [tuple(r) for r in sources] == [
-        ("Waiting", "submit"), ("Matched", "match"), ("Waiting", "lease"), ("Matched", "match")
+        ("Waiting", "submit"),
+        ("Matched", "match"),
+        ("Waiting", "lease"),
+        ("Matched", "match"),
     ]
 
 
@@ -131,7 +137,9 @@ def test_after_max_reschedules_a_job_fails_instead_of_returning(private_server_f
                                     JOBS__MAX_RESCHEDULES="2")  # fmt: skip
     pilot = {"Site": "S", "CPUTime": 10**6}
     with server.client() as api:
-        (job_id,) = [j["job_id"] for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]}).json()["jobs"]]
+        (job_id,) = [
+            j["job_id"] for j in api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}]}).json()["jobs"]
+        ]
         assert api.post("/match", json=pilot).json()["job_id"] == job_id
         assert api.post(f"/jobs/{job_id}/status", json={"status": "Waiting"}).json()["reschedules"] == 0
         for expected in (1, 2):

@@ -83,9 +83,11 @@ def events(database, job_id: int) -> list[str]:
     """The job's status history, oldest first, straight from job_events."""
     engine = database.engine()
     with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text("SELECT status FROM job_events WHERE job_id = :j ORDER BY id"), {"j": job_id}
-        ).scalars().all()
+        rows = (
+            conn.execute(sa.text("SELECT status FROM job_events WHERE job_id = :j ORDER BY id"), {"j": job_id})
+            .scalars()
+            .all()
+        )
     engine.dispose()
     return list(rows)
 
@@ -230,7 +232,7 @@ def test_reschedule_of_matched_job_recreates_its_deleted_task_queue_and_clears_s
 
 
 def test_reschedule_rejoins_the_task_queue_that_still_holds_its_siblings(client, database):
-    first, second = submit(client, spec(), spec())
+    first, _second = submit(client, spec(), spec())
     tq_id = get_job(client, first)["task_queue_id"]
     match(client, first)
     assert task_queues(client)[tq_id]["jobs"] == 1
@@ -459,7 +461,7 @@ def test_bulk_submission_of_10000_jobs_returns_distinct_ids_in_request_order(cli
     assert [payload_of[j] for j in ids] == list(range(10_000))
     assert count_rows(database, "tq_jobs") == 10_000
     assert count_rows(database, "job_events") == 10_000
-    assert list(task_queues(client).values())[0]["jobs"] == 10_000
+    assert next(iter(task_queues(client).values()))["jobs"] == 10_000
 
 
 def test_identical_requirements_share_one_task_queue_and_different_ones_do_not(client):

@@ -24,6 +24,7 @@ were given.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import re
@@ -46,7 +47,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.db.priorities import PRIORITY_LOCK
+from fairmatch.db.priorities import PRIORITY_LOCK
 from tests.conftest import (
     BACKENDS,
     PG_ADMIN_URL,
@@ -408,7 +409,7 @@ def test_the_priority_lock_serialises_recomputes(behind_bouncer, pg_database):
         answers = list(pool.map(recompute, range(8)))
     assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers if r.status_code != 200]
     runs = sorted((parse_time(r.json()["started_at"]), parse_time(r.json()["finished_at"])) for r in answers)
-    overlapping = [(a, b) for a, b in zip(runs, runs[1:]) if b[0] < a[1]]
+    overlapping = [(a, b) for a, b in itertools.pairwise(runs) if b[0] < a[1]]
     assert overlapping == [], "two recomputes ran at the same time"
     assert direct(pg_database, "SELECT count(*) FROM priority_runs")[0][0] >= 10  # every forced run ran
     log = behind_bouncer.log()

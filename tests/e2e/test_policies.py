@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 from rich.console import Console
 
-from app.cli.priorities import sprio_table, sshare_table
-from app.clock import utcnow
-from app.db.tables import jobs
+from fairmatch.cli.priorities import sprio_table, sshare_table
+from fairmatch.clock import utcnow
+from fairmatch.db.tables import jobs
 from tests.in_process import run_fairmatch
 
 PILOT = {"Site": "S", "CPUTime": 10**6}

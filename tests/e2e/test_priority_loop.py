@@ -6,6 +6,7 @@ The watchdogs' rules are checked in process on a simulated clock
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from datetime import datetime, timedelta
@@ -14,11 +15,11 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.clock import as_utc, utcnow
-from app.db.engine import create_engine, read_transaction
-from app.db.priorities import PriorityDB
-from app.db.tables import history_samples, running_samples
-from app.services import history
+from fairmatch.clock import as_utc, utcnow
+from fairmatch.db.engine import create_engine, read_transaction
+from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.tables import history_samples, running_samples
+from fairmatch.services import history
 from tests.e2e.test_leases_and_shutdown import wait_for
 
 SHARED_CFG = "config/share-corrections.cfg"
@@ -37,7 +38,7 @@ def _parsed(db) -> list[tuple]:
 
 def assert_never_overlapping(rows: list[tuple]) -> None:
     ordered = sorted(rows, key=lambda r: r[1])
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in itertools.pairwise(ordered):
         assert after[1] >= before[2], f"runs overlap: {before} and {after}"
 
 
@@ -54,7 +55,7 @@ def test_two_processes_run_the_loop_one_at_a_time_once_per_interval(private_serv
     assert len(scheduled) >= 4, scheduled
     assert_never_overlapping(scheduled)
     starts = sorted(r[1] for r in scheduled)
-    gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:])]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     # two processes each trying every 0.5 s, yet runs are spaced by the interval, not halved
     assert min(gaps) >= 0.45 * 0.9, gaps
     assert len({r[0] for r in scheduled}) >= 1
@@ -99,7 +100,9 @@ def test_recompute_sets_dirac_priorities_and_explains_them(client):
     assert (origin["group"], origin["owner"], origin["configured_share"]) == ("big", "a", 1500)
     shares = client.get("/shares").json()
     assert [(e["group"], e["owner"], e["share"]) for e in shares["entities"]] == [
-        ("big", "a", 1500), ("big", "b", 1500), ("small", "c", 1000)
+        ("big", "a", 1500),
+        ("big", "b", 1500),
+        ("small", "c", 1000),
     ]
     assert sum(e["normalised_share"] for e in shares["entities"]) == pytest.approx(1)
 
@@ -148,7 +151,9 @@ def test_a_running_job_without_heartbeat_becomes_stalled(server_factory, clean):
 def test_the_sampler_records_running_jobs_per_group_and_owner(server_factory, clean):
     server = server_factory(PRIORITY__SAMPLE_SECONDS="0.2")
     with server.client() as api:
-        api.post("/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}] * 3 + [{"owner": "b", "owner_group": "h"}]})
+        api.post(
+            "/jobs", json={"jobs": [{"owner": "a", "owner_group": "g"}] * 3 + [{"owner": "b", "owner_group": "h"}]}
+        )
         for _ in range(4):
             api.post("/match", json={"Site": "S", "CPUTime": 10**6})
     time.sleep(0.8)
@@ -219,7 +224,9 @@ def test_new_task_queues_get_provisional_priorities_at_once(client):
     assert priorities() == {("big", "a"): 1500, ("big", "b"): 1500}  # a's share was split at once
     client.post("/jobs", json={"jobs": [{"owner": "c", "owner_group": "small", "user_priority": 3},
                                         {"owner": "c", "owner_group": "small", "sites": ["X"]}]})  # fmt: skip
-    tqs = {(t["owner_group"], tuple(t["sites"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]}
+    tqs = {
+        (t["owner_group"], tuple(t["sites"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]
+    }
     assert tqs[("small", ())] == pytest.approx(750) and tqs[("small", ("X",))] == pytest.approx(250)
     assert tqs[("big", ())] == 1500
 

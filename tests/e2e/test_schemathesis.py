@@ -31,8 +31,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.main import create_app
-from app.settings import Settings
+from fairmatch.main import create_app
+from fairmatch.settings import Settings
 
 MAX_EXAMPLES = 40
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

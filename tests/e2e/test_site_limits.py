@@ -190,7 +190,9 @@ def test_limits_hold_across_two_server_processes(client, server, server_factory)
     got = [match(c, SITE_A, n, JobType="MCSimulation").status_code for n, c in enumerate([client, other, client])]
     assert got == [200, 200, 204]
     assert match(other, SITE_A, 5, Owner="carol", JobType="User").status_code == 200
-    assert match(client, SITE_A, 6, Owner="carol", JobType="User").status_code == 204  # the delay set by the other replica
+    assert (
+        match(client, SITE_A, 6, Owner="carol", JobType="User").status_code == 204
+    )  # the delay set by the other replica
 
 
 def test_concurrent_pilots_on_two_replicas_never_exceed_the_limit(client, server_factory, clean):
@@ -242,9 +244,13 @@ def test_only_admins_change_limits_and_operators_read_them(as_role):
 
 
 def test_exclusions_are_counted_in_the_metrics(client, server):
-    before = metric(httpx.get(f"{server.url}/metrics").text, "fairmatch_site_limit_exclusions_total", rule="running_limit")
+    before = metric(
+        httpx.get(f"{server.url}/metrics").text, "fairmatch_site_limit_exclusions_total", rule="running_limit"
+    )
     put_limits(client, limit("job_type", "MCSimulation", running_limit=0))
     submit(client, 1, job_types=["MCSimulation"])
     assert match(client, SITE_A, JobType="MCSimulation").status_code == 204
-    after = metric(httpx.get(f"{server.url}/metrics").text, "fairmatch_site_limit_exclusions_total", rule="running_limit")
+    after = metric(
+        httpx.get(f"{server.url}/metrics").text, "fairmatch_site_limit_exclusions_total", rule="running_limit"
+    )
     assert after == before + 1

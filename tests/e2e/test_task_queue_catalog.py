@@ -12,7 +12,7 @@ import time
 
 import sqlalchemy as sa
 
-from app.db.tables import task_queues
+from fairmatch.db.tables import task_queues
 
 pytestmark = __import__("pytest").mark.e2e
 
@@ -75,7 +75,9 @@ def test_a_drained_level_is_passed_over_without_an_error(client, database, clean
     tq_id = jobs[0]["task_queue_id"]
     with database.engine().begin() as conn:
         conn.execute(sa.text("DELETE FROM tq_jobs WHERE tq_id = :t AND real_priority = 3"), {"t": tq_id})
-        conn.execute(sa.text("UPDATE jobs SET status = 'Killed' WHERE id IN (SELECT id FROM jobs WHERE user_priority = 3)"))
+        conn.execute(
+            sa.text("UPDATE jobs SET status = 'Killed' WHERE id IN (SELECT id FROM jobs WHERE user_priority = 3)")
+        )
     assert stored_levels(database, tq_id) == {1.0: 3, 3.0: 3}
     matched = [client.post("/match", json=pilot()) for _ in range(4)]
     assert [r.status_code for r in matched] == [200, 200, 200, 204]

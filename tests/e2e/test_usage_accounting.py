@@ -126,7 +126,7 @@ def test_a_refused_transition_charges_nothing(client, clean):
 def test_sshare_associations_prints_every_association(client, clean, server, monkeypatch):
     from typer.testing import CliRunner
 
-    from app.cli import cli, render
+    from fairmatch.cli import cli, render
 
     import_tree(client)
     monkeypatch.setattr(render, "stdout_is_tty", lambda: False)

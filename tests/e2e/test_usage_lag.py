@@ -15,8 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.db.tables import usage_charges
-
+from fairmatch.db.tables import usage_charges
 from tests.conftest import migrated_database, servers_on
 from tests.e2e.test_usage_accounting import import_tree, run_job
 

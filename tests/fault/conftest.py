@@ -6,15 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.db import migrate
+from fairmatch.db import migrate
 from tests.conftest import TestDatabase
 from tests.fault.cluster import ClusterUnavailable, PgCluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "fault: kills servers and restarts a PostgreSQL cluster the test owns"
-    )
+    config.addinivalue_line("markers", "fault: kills servers and restarts a PostgreSQL cluster the test owns")
 
 
 @pytest.fixture

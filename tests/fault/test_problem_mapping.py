@@ -21,7 +21,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from app.api import problems
+from fairmatch.api import problems
 
 pytestmark = pytest.mark.fault
 
@@ -33,9 +33,7 @@ def _wrapped(cls: type[DBAPIError], orig: Exception, **kwargs) -> DBAPIError:
 OUTAGES = {
     "refused": _wrapped(OperationalError, psycopg.OperationalError("connection refused")),
     "closed": _wrapped(InterfaceError, psycopg.InterfaceError("the connection is closed")),
-    "invalidated": _wrapped(
-        DBAPIError, psycopg.Error("server closed the connection"), connection_invalidated=True
-    ),
+    "invalidated": _wrapped(DBAPIError, psycopg.Error("server closed the connection"), connection_invalidated=True),
     "pool": PoolTimeout("QueuePool limit of size 10 overflow 10 reached"),
 }
 BUGS = {

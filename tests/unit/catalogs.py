@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app.matching.catalog import Catalog
-from app.taskqueues.requirements import MULTI_VALUE_FIELDS
+from fairmatch.matching.catalog import Catalog
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 CHANGED = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.accounting.associations import (
+from fairmatch.accounting.associations import (
     Association,
     AssociationError,
     Node,

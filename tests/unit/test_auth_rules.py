@@ -1,4 +1,4 @@
-"""The auth package's own rules (job scope), a pilot held to its claims, and what app/auth may import."""
+"""The auth package's own rules (job scope), a pilot held to its claims, and what fairmatch/auth may import."""
 
 from __future__ import annotations
 
@@ -8,30 +8,30 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.auth.policy import JobScope, job_scope
-from app.auth.tokens import Principal, Role
-from app.errors import Forbidden
-from app.matching.pinning import pin_resource
-from app.matching.resource import ResourceDescription
+from fairmatch.auth.policy import JobScope, job_scope
+from fairmatch.auth.tokens import Principal, Role
+from fairmatch.errors import Forbidden
+from fairmatch.matching.pinning import pin_resource
+from fairmatch.matching.resource import ResourceDescription
 
-AUTH = Path(__file__).resolve().parents[2] / "app" / "auth"
-# app/auth is below every domain package: it may use only these of app
-AUTH_MAY_IMPORT = {"app.auth", "app.errors", "app.settings"}
+AUTH = Path(__file__).resolve().parents[2] / "fairmatch" / "auth"
+# fairmatch/auth is below every domain package: it may use only these of fairmatch
+AUTH_MAY_IMPORT = {"fairmatch.auth", "fairmatch.errors", "fairmatch.settings"}
 
 
 def _app_imports(path: Path) -> set[str]:
-    """The modules of app that a file imports (a relative import above app.auth counts as app)."""
+    """The modules of fairmatch that a file imports (a relative import above fairmatch.auth counts as fairmatch)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
             if node.level > 1:
-                found.add("app")
-            elif node.level == 0 and node.module == "app":
-                found.update(f"app.{a.name}" for a in node.names)
-            elif node.level == 0 and node.module and node.module.startswith("app."):
+                found.add("fairmatch")
+            elif node.level == 0 and node.module == "fairmatch":
+                found.update(f"fairmatch.{a.name}" for a in node.names)
+            elif node.level == 0 and node.module and node.module.startswith("fairmatch."):
                 found.add(node.module)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("app."))
+            found.update(a.name for a in node.names if a.name.startswith("fairmatch."))
     return found
 
 

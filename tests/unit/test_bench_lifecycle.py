@@ -260,8 +260,10 @@ def test_the_report_has_the_lifecycle_tables():
     assert "#### A job's whole life" in report and "autovacuum on (before: off)" in report
     assert "| 8 | 20 | — | 20 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 0 |" in report
     assert report.index("| 8 | 20 |") < report.index("| 64 | 50 |")
-    assert ("| 64 | 50 | 0.25 | 50 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | done 500: 2 |"
-            in report)
+    assert (
+        "| 64 | 50 | 0.25 | 50 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | done 500: 2 |"
+        in report
+    )
     assert "| 64 (lean service) | 200 | 1 | 200 |" in report
     assert "| 64 | 1,000 | 30.00 | 12.00 | 1.00 | 30.00 | 12.00 | 1.00 |" in report
     assert "| 64 | 20 | 50 | 7 | 5 | Lock:transactionid · usage_totals: 5; CPU: 3 |" in report
@@ -273,8 +275,13 @@ def test_the_report_has_the_lifecycle_tables():
 
 
 def test_the_groups_target_shares_come_from_the_priority_runs_entities():
-    decided = {"entities": [{"group": "a", "normalised_share": 0.25}, {"group": "b", "normalised_share": 0.5},
-                            {"group": "a", "normalised_share": 0.25}]}
+    decided = {
+        "entities": [
+            {"group": "a", "normalised_share": 0.25},
+            {"group": "b", "normalised_share": 0.5},
+            {"group": "a", "normalised_share": 0.25},
+        ]
+    }
     assert rl.target_shares(decided) == {"a": 0.5, "b": 0.5}
     assert rl.target_shares({"associations": []}) == {}
 

@@ -173,8 +173,11 @@ def test_plot_writes_three_figures(tmp_path):
             "lean": run(64, 20),
         },
         "scaling": [{"waiting_jobs": n, "matches_per_s": 300.0, "p99_ms": 20.0} for n in (1_000_000, 10_000_000)],
-        "diracx": {"runs": {"64": [{"waiting_jobs": n, "matches_per_s": 200.0, "p99_ms": 30.0}
-                                   for n in (1_000_000, 10_000_000)]}},  # fmt: skip
+        "diracx": {
+            "runs": {
+                "64": [{"waiting_jobs": n, "matches_per_s": 200.0, "p99_ms": 30.0} for n in (1_000_000, 10_000_000)]
+            }
+        },
     }
     written = plot(results, tmp_path / "figures")
     names = {path.name for path in written}
@@ -202,24 +205,50 @@ def _results() -> dict:
                   for n, m, p99 in ((1_000_000, 300, 90), (10_000_000, 270, 120))] for c in ("64", "8")}  # fmt: skip
     return {
         "started_at": "20261123T000000Z",
-        "machine": {"cpu_model": "cpu", "cores": 2, "ram_gib": 24, "postgresql": "PostgreSQL 15 on x",
-                    "python": "3.11", "fairmatch_commit": "abc", "fairmatch_tree_modified": False},  # fmt: skip
+        "machine": {
+            "cpu_model": "cpu",
+            "cores": 2,
+            "ram_gib": 24,
+            "postgresql": "PostgreSQL 15 on x",
+            "python": "3.11",
+            "fairmatch_commit": "abc",
+            "fairmatch_tree_modified": False,
+        },
         "settings": {"plan": {"quick": True}},
         "errors": {},
         "lhcb": {
             "workload": {"scale": 1.0, "task_queues": 498, "jobs": 871_925, "user_priorities": mix},
-            "workers": 2, "connections": fairmatch, "lean_runs": lean, "lean": lean["64"],
+            "workers": 2,
+            "connections": fairmatch,
+            "lean_runs": lean,
+            "lean": lean["64"],
             "lean_comparison": lean_comparison(fairmatch, lean),
-            "bare_claims": {"16": {"claims_per_s": 8000, "transactions": 160_000, "failed": 0,
-                                   "latency_ms": {"p50": 1.8, "p99": 4.7}}},
-            "legacy_runs": {"8": {"matches_per_s": 270, "matched": 5400, "no_match": 3, "failed": 0,
-                                  "latency_ms": {"p50": 29, "p99": 53}}},
+            "bare_claims": {
+                "16": {
+                    "claims_per_s": 8000,
+                    "transactions": 160_000,
+                    "failed": 0,
+                    "latency_ms": {"p50": 1.8, "p99": 4.7},
+                }
+            },
+            "legacy_runs": {
+                "8": {
+                    "matches_per_s": 270,
+                    "matched": 5400,
+                    "no_match": 3,
+                    "failed": 0,
+                    "latency_ms": {"p50": 29, "p99": 53},
+                }
+            },
             "bare_claim": {"claims_per_s": 8000},
-        },  # fmt: skip
-        "diracx": {"workload": {"task_queues": 10_000, "sites": 1000, "tags": 300, "jobs": 1_000_000,
-                                "user_priorities": mix},
-                   "workers": 2, "sizes": [1_000_000, 10_000_000], "runs": diracx,
-                   "ratio": {"64": 0.9, "8": 0.9}},  # fmt: skip
+        },
+        "diracx": {
+            "workload": {"task_queues": 10_000, "sites": 1000, "tags": 300, "jobs": 1_000_000, "user_priorities": mix},
+            "workers": 2,
+            "sizes": [1_000_000, 10_000_000],
+            "runs": diracx,
+            "ratio": {"64": 0.9, "8": 0.9},
+        },
     }
 
 

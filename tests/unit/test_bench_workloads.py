@@ -21,13 +21,6 @@ from collections import Counter
 import psycopg
 import pytest
 
-from app.auth.tokens import ANONYMOUS_ADMIN
-from app.db import migrate
-from app.jobs.models import JobSpec
-from app.jobs.priority_classes import check_submission
-from app.jobs.submission import requirements_of
-from app.settings import load_settings
-from app.taskqueues.requirements import real_priority
 from bench import workload_lhcb
 from bench.workload_fit import apportion, choose_subset, partition
 from bench.workload_lhcb import SNAPSHOT_NAME, read_csv
@@ -41,6 +34,13 @@ from bench.workload_model import (
     requirements_json,
 )  # fmt: skip
 from bench.workloads import catalog_of, diracx, eligible_count, eligible_fraction, load, pilots, top_up
+from fairmatch.auth.tokens import ANONYMOUS_ADMIN
+from fairmatch.db import migrate
+from fairmatch.jobs.models import JobSpec
+from fairmatch.jobs.priority_classes import check_submission
+from fairmatch.jobs.submission import requirements_of
+from fairmatch.settings import load_settings
+from fairmatch.taskqueues.requirements import real_priority
 from tests import conftest as harness  # its TestDatabase, imported by name, would be collected as a test class
 
 RELATIVE, ABSOLUTE = 0.01, 50

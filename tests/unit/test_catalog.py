@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from app.matching.eligibility import CONDITION_NAMES, analysis, conditions, eligible
-from app.matching.resource import ResourceDescription
-from app.settings import MatchingSettings
+from fairmatch.matching.eligibility import CONDITION_NAMES, analysis, conditions, eligible
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.settings import MatchingSettings
 from tests.unit.catalogs import CHANGED, catalog_of, tq_row
 
 
@@ -43,7 +43,9 @@ def test_each_condition_is_the_set_of_queues_that_pass_it():
     assert ids(catalog, found["cpu_time"]) == set(range(1, 10)) - {7}
     assert ids(catalog, found["owner"]) == {8}  # alice owns nothing; bob's group shares
     assert ids(catalog, found["vo"]) == set(range(1, 10)) - {9}
-    assert ids(catalog, eligible(catalog, query(Platform="el9", Tag=["gpu"], Owner="bob", VirtualOrganization="vo"))) == {8}
+    assert ids(
+        catalog, eligible(catalog, query(Platform="el9", Tag=["gpu"], Owner="bob", VirtualOrganization="vo"))
+    ) == {8}
 
 
 def test_unstated_fields_take_only_queues_without_values_and_any_lifts_the_condition():

@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from app.jobs.lifecycle import FINAL, JobStatus, allowed
-from app.matching.choice import chances, choose, choose_level, finalists
-from app.settings import Lottery, MatchingSettings
+from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed
+from fairmatch.matching.choice import chances, choose, choose_level, finalists
+from fairmatch.settings import Lottery, MatchingSettings
 from tests.unit.catalogs import catalog_of, tq_row
 
 TQS = [
@@ -29,7 +29,7 @@ def test_priority_class_is_strict_then_longest_cpu():
 
 
 def test_a_higher_class_wins_whatever_the_priorities():
-    catalog = catalog_of(TQS + [tq_row(5, priority_class=1, cpu_time=360, priority=0.001)])
+    catalog = catalog_of([*TQS, tq_row(5, priority_class=1, cpu_time=360, priority=0.001)])
     settings = MatchingSettings(lottery=Lottery.exact)
     assert {choose(catalog, catalog.live, settings, random.Random(s)).tq_id for s in range(200)} == {5}
 

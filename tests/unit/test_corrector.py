@@ -6,13 +6,11 @@ import json
 
 import pytest
 
-from app.priority.corrector import correct
-from app.settings import InstanceConfig, SliceConfig
+from fairmatch.priority.corrector import correct
+from fairmatch.settings import InstanceConfig, SliceConfig
 
 
-def instance(
-    max_global: float = 3, group: str | None = None, **slices: tuple[float, float]
-) -> InstanceConfig:
+def instance(max_global: float = 3, group: str | None = None, **slices: tuple[float, float]) -> InstanceConfig:
     """slices: name=(weight, max_correction); the TimeSpan does not enter the arithmetic."""
     return InstanceConfig(
         group=group,

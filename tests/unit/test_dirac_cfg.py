@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from app.priority.dirac_cfg import (
+from fairmatch.priority.dirac_cfg import (
     CfgError,
     corrections_from_cfg,
     load_corrections,
     parse_cfg,
     split_list,
 )
-from app.settings import CorrectionsConfig, InstanceConfig, SliceConfig
+from fairmatch.settings import CorrectionsConfig, InstanceConfig, SliceConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # the example shipped with the repository, a verbatim copy of the one in
@@ -197,9 +197,7 @@ def test_max_global_correction_alias() -> None:
 
 
 def test_both_max_global_spellings_is_an_error() -> None:
-    text = ONE_INSTANCE.replace(
-        "MaxGlobalCorrection = 4", "MaxGlobalCorrection = 4\nMaxGlobalCorrectionFactor = 3"
-    )
+    text = ONE_INSTANCE.replace("MaxGlobalCorrection = 4", "MaxGlobalCorrection = 4\nMaxGlobalCorrectionFactor = 3")
     with pytest.raises(CfgError, match="not both"):
         corrections_from_cfg(parse_cfg(text))
 
@@ -215,9 +213,7 @@ def test_missing_max_global_takes_the_model_default() -> None:
         pytest.param(parse_cfg(ONE_INSTANCE), id="root-contains-ShareCorrections"),
         pytest.param(parse_cfg(ONE_INSTANCE)["ShareCorrections"], id="root-is-ShareCorrections"),
         pytest.param(parse_cfg(ONE_INSTANCE)["ShareCorrections"]["WMSHistory"], id="root-is-WMSHistory"),
-        pytest.param(
-            {"Operations": {"Defaults": {"JobScheduling": parse_cfg(ONE_INSTANCE)}}}, id="deep-in-Operations"
-        ),
+        pytest.param({"Operations": {"Defaults": {"JobScheduling": parse_cfg(ONE_INSTANCE)}}}, id="deep-in-Operations"),
     ],
 )
 def test_wms_history_is_found_wherever_the_tree_starts(tree: dict) -> None:
@@ -227,9 +223,7 @@ def test_wms_history_is_found_wherever_the_tree_starts(tree: dict) -> None:
 
 
 def test_share_correctors_to_start_without_wms_history_gives_no_instances() -> None:
-    text = REPO_EXAMPLE.read_text().replace(
-        "ShareCorrectorsToStart = WMSHistory", "ShareCorrectorsToStart ="
-    )
+    text = REPO_EXAMPLE.read_text().replace("ShareCorrectorsToStart = WMSHistory", "ShareCorrectorsToStart =")
     assert corrections_from_cfg(parse_cfg(text)) == CorrectionsConfig()
 
 
@@ -245,7 +239,7 @@ def test_unknown_corrector_is_an_error() -> None:
     text = REPO_EXAMPLE.read_text().replace(
         "ShareCorrectorsToStart = WMSHistory", "ShareCorrectorsToStart = WMSHistory, MonitoringHistory"
     )
-    with pytest.raises(CfgError, match="unknown corrector.*MonitoringHistory"):
+    with pytest.raises(CfgError, match=r"unknown corrector.*MonitoringHistory"):
         corrections_from_cfg(parse_cfg(text))
 
 
@@ -256,9 +250,7 @@ def test_other_correctors_sections_are_ignored() -> None:
 
 
 def test_update_history_period_is_accepted_and_ignored() -> None:
-    text = ONE_INSTANCE.replace(
-        "MaxGlobalCorrection = 4", "MaxGlobalCorrection = 4\nUpdateHistoryPeriod = 900"
-    )
+    text = ONE_INSTANCE.replace("MaxGlobalCorrection = 4", "MaxGlobalCorrection = 4\nUpdateHistoryPeriod = 900")
     assert list(corrections_from_cfg(parse_cfg(text)).instances) == ["GroupsInstance"]
 
 
@@ -432,22 +424,18 @@ def test_toml_dirac_shape_not_started(tmp_path: Path) -> None:
 
 def test_toml_errors_are_cfg_errors(tmp_path: Path) -> None:
     broken = write(tmp_path, "broken.toml", "[instances\n")
-    with pytest.raises(CfgError, match="broken.toml"):
+    with pytest.raises(CfgError, match=r"broken.toml"):
         load_corrections(broken)
     invalid = write(tmp_path, "invalid.toml", "[instances.I]\nslices = {}\n")
-    with pytest.raises(
-        CfgError, match=r"invalid\.toml: instances/I/slices: Dictionary should have at least 1 item"
-    ):
+    with pytest.raises(CfgError, match=r"invalid\.toml: instances/I/slices: Dictionary should have at least 1 item"):
         load_corrections(invalid)
-    boolean = write(
-        tmp_path, "bool.toml", "[WMSHistory.I.S]\nTimeSpan = true\nWeight = 1\nMaxCorrection = 2\n"
-    )
+    boolean = write(tmp_path, "bool.toml", "[WMSHistory.I.S]\nTimeSpan = true\nWeight = 1\nMaxCorrection = 2\n")
     with pytest.raises(CfgError, match="WMSHistory/I/S/TimeSpan: True is not a number"):
         load_corrections(boolean)
 
 
 def test_unknown_extension_and_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(CfgError, match="unknown extension '.yaml'"):
+    with pytest.raises(CfgError, match=r"unknown extension '.yaml'"):
         load_corrections(write(tmp_path, "c.yaml", ""))
-    with pytest.raises(CfgError, match="absent.cfg"):
+    with pytest.raises(CfgError, match=r"absent.cfg"):
         load_corrections(tmp_path / "absent.cfg")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.priority.dirac import MIN_PRIORITY, GroupPolicy, TqLoad, decide
+from fairmatch.priority.dirac import MIN_PRIORITY, GroupPolicy, TqLoad, decide
 
 
 def tq(tq_id, owner, group, *real_priorities):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.priority import fairshare as fs
+from fairmatch.priority import fairshare as fs
 
 ROOT = ("root", "")
 
@@ -192,8 +192,11 @@ def test_fair_tree_merges_tied_sibling_accounts():
     usage = {acct("A"): 10.0, ("A", "a1"): 10.0, acct("B"): 10.0, ("B", "b1"): 10.0}
     rows = fs.fair_tree(tree, usage)
     # merged: a2 (unused, inf), b1 (1/1 = 1), a1 (0.5/1 = 0.5); without merging a1 would precede b1
-    assert {n[1]: rows[n].factor for n in rows if fs.is_user(n)} == {"a2": 1.0, "b1": pytest.approx(2 / 3),
-                                                                    "a1": pytest.approx(1 / 3)}
+    assert {n[1]: rows[n].factor for n in rows if fs.is_user(n)} == {
+        "a2": 1.0,
+        "b1": pytest.approx(2 / 3),
+        "a1": pytest.approx(1 / 3),
+    }
     assert fs.IMPLICIT_ROOT not in rows
 
 
@@ -265,7 +268,7 @@ def test_a_parent_shares_account_gives_way_to_its_children():
 
 
 def test_normalised_shares_agree_with_the_association_tree():
-    from app.accounting.associations import build_tree, parse_sacctmgr
+    from fairmatch.accounting.associations import build_tree, parse_sacctmgr
 
     dump = "root|1|||\nA|parent|root||\nA|2||a1|\nA|1||a2|\nB|1|root||\nB|parent||b1|\nB|3||b2|\nC|4|B||\nC|1||c1|\n"
     tree = build_tree(parse_sacctmgr(dump))

@@ -1,4 +1,4 @@
-"""The layers of `app/` and the rules between them, read from the imports.
+"""The layers of `fairmatch/` and the rules between them, read from the imports.
 
     base      settings, errors, clock, fields, logs, metrics, metrics_dir
     domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure)
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[2] / "app"
+APP = Path(__file__).resolve().parents[2] / "fairmatch"
 
 LAYERS = {
     "base": {"settings", "errors", "clock", "fields", "logs", "metrics", "metrics_dir"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
-    "db": {"db"},
+    "db": {"db", "migrations"},
     "services": {"services", "simulation"},
     "interfaces": {"api", "cli"},
     "main": {"main"},
@@ -35,7 +35,16 @@ LAYERS = {
 ORDER = list(LAYERS)
 LAYER_OF = {package: layer for layer, packages in LAYERS.items() for package in packages}
 
-PURE_FORBIDDEN = ("sqlalchemy", "fastapi", "starlette", "psycopg", "app.db", "app.services", "app.api", "app.cli")
+PURE_FORBIDDEN = (
+    "sqlalchemy",
+    "fastapi",
+    "starlette",
+    "psycopg",
+    "fairmatch.db",
+    "fairmatch.services",
+    "fairmatch.api",
+    "fairmatch.cli",
+)
 # what routers and commands may take from SQLAlchemy: exceptions to map, the connection's type
 INTERFACE_SQLALCHEMY = ("sqlalchemy.exc", "sqlalchemy.ext.asyncio")
 TRANSACTION_CALLS = ("begin", "read_transaction", "execute", "exec_driver_sql")
@@ -52,7 +61,7 @@ def modules() -> dict[str, Path]:
 
 
 def package_of(module: str) -> str | None:
-    """`app.<package>` of a module (`app.settings` -> settings); None for `app` itself."""
+    """`fairmatch.<package>` of a module (`fairmatch.settings` -> settings); None for `fairmatch` itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None
 
@@ -75,7 +84,7 @@ def imports_of(path: Path, module: str) -> set[str]:
 
 def app_imports(path: Path, module: str) -> set[str]:
     known = modules()
-    return {name for name in imports_of(path, module) if name in known and name != "app"}
+    return {name for name in imports_of(path, module) if name in known and name != "fairmatch"}
 
 
 def test_every_package_has_a_layer():
@@ -166,7 +175,7 @@ def test_routers_and_commands_build_no_sql(module):
     sql = sorted(
         name for name in names
         if (name.startswith("sqlalchemy") and not name.startswith(INTERFACE_SQLALCHEMY))
-        or name.startswith(("app.db.tables", "app.db.base", "psycopg"))
+        or name.startswith(("fairmatch.db.tables", "fairmatch.db.base", "psycopg"))
     )  # fmt: skip
     assert not sql, f"{module} imports {sql}"
     calls = sorted(

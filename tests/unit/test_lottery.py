@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from app.matching.lottery import draw, probabilities
-from app.settings import Lottery
+from fairmatch.matching.lottery import draw, probabilities
+from fairmatch.settings import Lottery
 
 DRAWS = 40_000
 

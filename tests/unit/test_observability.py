@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from app.api.observe import _request_id, _route_template
-from app.logs import JsonFormatter, TextFormatter, request_id
-from app.services.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
+from fairmatch.api.observe import _request_id, _route_template
+from fairmatch.logs import JsonFormatter, TextFormatter, request_id
+from fairmatch.services.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
 
 
 def record(message: str, **extra) -> logging.LogRecord:
@@ -79,7 +79,7 @@ def test_gauges_exposition_without_the_database():
 
 
 def test_route_templates_keep_the_prefix_and_hide_ids():
-    from app.api.jobs import router
+    from fairmatch.api.jobs import router
 
     job = next(r for r in router.routes if r.path == "/jobs/{job_id}")
     assert _route_template({"path": "/api/v1/jobs/5", "route": job}) == "/api/v1/jobs/{job_id}"

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.auth.tokens import Principal, Role
-from app.errors import Forbidden, InvalidInput
-from app.jobs import priority_classes as rules
-from app.jobs.classes import JobClass, JobClassSpec, PriorityChange
-from app.jobs.models import JobSpec
+from fairmatch.auth.tokens import Principal, Role
+from fairmatch.errors import Forbidden, InvalidInput
+from fairmatch.jobs import priority_classes as rules
+from fairmatch.jobs.classes import JobClass, JobClassSpec, PriorityChange
+from fairmatch.jobs.models import JobSpec
 
 ADMIN = Principal("root", Role.admin)
 OPERATOR = Principal("op", Role.operator)
@@ -102,9 +102,7 @@ def test_privileged_callers_may_set_any_class(caller):
 
 
 @pytest.mark.parametrize("caller", [ADMIN, OPERATOR, ALICE], ids=["admin", "operator", "user"])
-@pytest.mark.parametrize(
-    "restricted", [job_class(users=["bob"]), job_class(groups=["g2"])], ids=["users", "groups"]
-)
+@pytest.mark.parametrize("restricted", [job_class(users=["bob"]), job_class(groups=["g2"])], ids=["users", "groups"])
 def test_access_lists_refuse_jobs_of_other_owners_or_groups_whoever_submits(caller, restricted):
     with pytest.raises(Forbidden, match="not open to owner 'alice' in group 'g1'"):
         submitted_class(caller, restricted)

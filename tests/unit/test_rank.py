@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.priority.facts import TqFacts
-from app.priority.rank import RankGroup, UsageRow, band_priorities, decide, vo_targets
-from app.settings import RankSettings
+from fairmatch.priority.facts import TqFacts
+from fairmatch.priority.rank import RankGroup, UsageRow, band_priorities, decide, vo_targets
+from fairmatch.settings import RankSettings
 
 SUBMITTED = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.settings import DIRAC_CPU_BUCKETS
-from app.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
+from fairmatch.settings import DIRAC_CPU_BUCKETS
+from fairmatch.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
 
 BUCKETS_2009 = [500, 5000, 50000, 300000]
 
@@ -17,9 +17,7 @@ def test_dirac_buckets_round_up_and_cap(cpu_time, bucket):
     assert bucket_cpu_time(cpu_time, DIRAC_CPU_BUCKETS) == bucket
 
 
-@pytest.mark.parametrize(
-    ("cpu_time", "bucket"), [(0, 500), (500, 500), (501, 5000), (49999, 50000), (300001, 300000)]
-)
+@pytest.mark.parametrize(("cpu_time", "bucket"), [(0, 500), (500, 500), (501, 5000), (49999, 50000), (300001, 300000)])
 def test_2009_buckets_work_too(cpu_time, bucket):
     assert bucket_cpu_time(cpu_time, BUCKETS_2009) == bucket
 

@@ -3,9 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
-from app.errors import BadRequest
-from app.matching.resource import ResourceDescription, derived_tags
-from app.settings import MatchingSettings
+from fairmatch.errors import BadRequest
+from fairmatch.matching.resource import ResourceDescription, derived_tags
+from fairmatch.settings import MatchingSettings
 
 
 def test_dirac_keys_and_snake_case_aliases_are_the_same_resource():
@@ -53,7 +53,9 @@ def test_query_carries_derived_and_given_tags():
 
 
 def test_untagged_resource_offers_no_tags():
-    assert ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings()).tags == frozenset()
+    assert (
+        ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings()).tags == frozenset()
+    )
 
 
 def test_any_lifts_conditions():

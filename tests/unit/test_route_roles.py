@@ -21,12 +21,12 @@ from fastapi.dependencies.models import Dependant
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
-from app.api import problems
-from app.api.deps import OPEN_PATHS, Admin, AnyRole, Operators, Submitters, allow
-from app.auth import policy
-from app.auth.tokens import Principal, Role, TokenVerifier, create_token
-from app.main import API_PREFIX, create_app
-from app.settings import AuthSettings, load_settings
+from fairmatch.api import problems
+from fairmatch.api.deps import OPEN_PATHS, Admin, AnyRole, Operators, Submitters, allow
+from fairmatch.auth import policy
+from fairmatch.auth.tokens import Principal, Role, TokenVerifier, create_token
+from fairmatch.main import API_PREFIX, create_app
+from fairmatch.settings import AuthSettings, load_settings
 
 SECRET = "route roles test secret, long enough for HS256"
 AUTH = AuthSettings(mode="token", secret=SECRET)
@@ -229,9 +229,7 @@ def ask(app: FastAPI, *requests: tuple[str, str, dict[str, str], Any]) -> list[h
 def test_every_refused_role_gets_403_before_any_validation(app):
     """No body, no valid path parameter, no database: the role is decided first."""
     asked = [
-        (method, path, role)
-        for (method, path), admitted in ROLES.items()
-        for role in sorted(EVERY_ROLE - admitted)
+        (method, path, role) for (method, path), admitted in ROLES.items() for role in sorted(EVERY_ROLE - admitted)
     ]
     answers = ask(app, *((m, _concrete(API_PREFIX + p), _bearer(role), None) for m, p, role in asked))
     for (method, path, role), r in zip(asked, answers, strict=True):

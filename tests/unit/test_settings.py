@@ -5,13 +5,18 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from app.settings import DIRAC_CPU_BUCKETS, ConfigFileError, Lottery, Settings
+from fairmatch.settings import DIRAC_CPU_BUCKETS, ConfigFileError, Lottery, Settings
 
 
 @pytest.fixture
 def no_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no config/fairmatch.toml here
-    for var in ("FAIRMATCH_CONFIG", "FAIRMATCH_DATABASE_URL", "FAIRMATCH_MATCHING__LOTTERY", "FAIRMATCH_PRIORITY__POLICY"):
+    for var in (
+        "FAIRMATCH_CONFIG",
+        "FAIRMATCH_DATABASE_URL",
+        "FAIRMATCH_MATCHING__LOTTERY",
+        "FAIRMATCH_PRIORITY__POLICY",
+    ):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
@@ -85,7 +90,7 @@ def test_the_lottery_defaults_to_the_policys_own(no_config, monkeypatch, policy,
 
 
 def test_prepared_statements_setting_from_file_and_environment(no_config, monkeypatch):
-    from app.db.engine import normalise_url, postgresql_connect_args
+    from fairmatch.db.engine import normalise_url, postgresql_connect_args
 
     monkeypatch.delenv("FAIRMATCH_DATABASE__PREPARED_STATEMENTS", raising=False)
     assert Settings().database.prepared_statements is True
@@ -115,8 +120,10 @@ def test_multifactor_draws_over_every_cpu_bucket_unless_told(no_config):
     ("changes", "named"),
     [
         ({"priority": {"policy": "multifactor", "corrections_enabled": True}}, "priority.corrections_enabled"),
-        ({"priority": {"policy": "multifactor"}, "matching": {"prefer_longest_cpu": True}},
-         "priority.multifactor.weights.job_size"),
+        (
+            {"priority": {"policy": "multifactor"}, "matching": {"prefer_longest_cpu": True}},
+            "priority.multifactor.weights.job_size",
+        ),
         ({"priority": {"policy": "rank", "multifactor": {"favour": "large"}}}, "[priority.multifactor]"),
         ({"priority": {"policy": "multifactor", "rank": {"window_days": 3}}}, "[priority.rank]"),
     ],
@@ -131,8 +138,8 @@ def test_the_worked_example_of_the_readme_loads(no_config, monkeypatch):
     import json
     from pathlib import Path
 
-    from app.jobs.models import JobSpec
-    from app.services.priorities import configured_corrections
+    from fairmatch.jobs.models import JobSpec
+    from fairmatch.services.priorities import configured_corrections
 
     example = Path(__file__).resolve().parents[2] / "examples" / "fair-share"
     monkeypatch.chdir(example.parents[1])  # the file names the corrections from the repository root

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.simulation.run import Simulation
-from app.simulation.scenario import ScenarioError, parse
+from fairmatch.simulation.run import Simulation
+from fairmatch.simulation.scenario import ScenarioError, parse
 from tests.in_process import run_fairmatch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,8 +137,11 @@ def test_arrivals_follow_the_stream_rate_and_start_hour():
 
 def test_job_classes_and_user_priorities_reach_the_queues():
     data = scenario(
-        stream("p", "alpha", job_class="urgent"), stream("q", "alpha", user_priority=0),
-        hours=4, slots=100, job_classes={"urgent": {"default_class": 5}},
+        stream("p", "alpha", job_class="urgent"),
+        stream("q", "alpha", user_priority=0),
+        hours=4,
+        slots=100,
+        job_classes={"urgent": {"default_class": 5}},
     )
     result = simulate(data)
     groups = result.summary()["groups"]
@@ -164,9 +167,14 @@ def test_job_classes_and_user_priorities_reach_the_queues():
         (lambda d: d["streams"][0].update(start_hour=100), "streams.0.start_hour: 100 is not within"),
         (lambda d: d["config"].update(site_limits={"SIM": {}}), "site limits are not simulated"),
         (lambda d: d.update(associations="root|1|||\nx|1|nowhere||\n"), "associations: line 2: "),
-        (lambda d: d.update(associations="root|1|||\nalpha|1|root||\nalpha|1||q|\n"),
-         "streams.0.account: no association of account 'alpha' and user 'p' in the imported tree"),
-        (lambda d: d["config"].update(job_classes=["urgent"]), "[config.job_classes]: Input should be a valid dictionary"),
+        (
+            lambda d: d.update(associations="root|1|||\nalpha|1|root||\nalpha|1||q|\n"),
+            "streams.0.account: no association of account 'alpha' and user 'p' in the imported tree",
+        ),
+        (
+            lambda d: d["config"].update(job_classes=["urgent"]),
+            "[config.job_classes]: Input should be a valid dictionary",
+        ),
         (lambda d: d["config"].update(job_classes={"u": {"max_class": -5}}), "[config.job_classes]: u.max_class:"),
     ],
 )
@@ -256,7 +264,7 @@ def test_the_command_reports_progress_off_a_terminal_and_refuses_an_unusable_out
 def test_on_a_terminal_a_progress_bar_and_a_one_screen_summary(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from app.cli import cli, render
+    from fairmatch.cli import cli, render
 
     monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
     monkeypatch.setattr(render, "stderr_is_tty", lambda: True)

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.limits.rules import Attribute, Limit, LimitState, SiteLimits, from_settings, with_banned
-from app.matching.resource import ResourceDescription
-from app.settings import MatchingSettings, Settings
+from fairmatch.limits.rules import Attribute, Limit, LimitState, SiteLimits, from_settings, with_banned
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.settings import MatchingSettings, Settings
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SITE = "LCG.A.ch"

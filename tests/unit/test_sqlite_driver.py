@@ -6,8 +6,8 @@ import asyncio
 
 import sqlalchemy as sa
 
-from app.db import sqlite_driver
-from app.db.engine import create_engine
+from fairmatch.db import sqlite_driver
+from fairmatch.db.engine import create_engine
 
 
 def test_the_cursor_keeps_rows_counts_and_ids_of_each_statement(tmp_path):

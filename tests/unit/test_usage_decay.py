@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from app.accounting import usage
-from app.db.accounting import AccountingDB
-from app.db.engine import create_engine, read_transaction
-from app.db.tables import associations, usage_charges, usage_totals
-from app.services import accounting
-from app.settings import AccountingSettings
+from fairmatch.accounting import usage
+from fairmatch.db.accounting import AccountingDB
+from fairmatch.db.engine import create_engine, read_transaction
+from fairmatch.db.tables import associations, usage_charges, usage_totals
+from fairmatch.services import accounting
+from fairmatch.settings import AccountingSettings
 
 # a Monday
 T0 = datetime(2026, 3, 30, 10, 0, tzinfo=UTC)
@@ -46,9 +46,7 @@ def test_period_starts_follow_slurms_boundaries():
 
 def test_value_at_applies_reset_before_decay():
     daily = AccountingSettings(half_life_days=7, reset="daily")
-    assert usage.value_at(100.0, T0, T0, T0 + timedelta(hours=13), daily) == pytest.approx(
-        100 * 2 ** (-13 / (7 * 24))
-    )
+    assert usage.value_at(100.0, T0, T0, T0 + timedelta(hours=13), daily) == pytest.approx(100 * 2 ** (-13 / (7 * 24)))
     assert usage.value_at(100.0, T0, T0, T0 + timedelta(hours=14), daily) == 0.0  # past midnight
 
 

@@ -1,0 +1,103 @@
+"""Request-scoped dependencies: one database connection per request, the caller.
+
+A route declares the roles it admits in its signature, with one of the aliases
+at the end (`caller: Admin`, `caller: Submitters`, ...): FastAPI resolves the
+caller and refuses any other role with 403 before it reads the body or asks
+for a connection. The few routes served without a caller are OPEN_PATHS;
+tests/unit/test_route_roles.py holds every route of the app to one or the other.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.auth import policy
+from fairmatch.auth.tokens import ANONYMOUS_ADMIN, Principal, Role
+from fairmatch.errors import Forbidden, Unauthorized
+from fairmatch.services.keeper import Keeper
+from fairmatch.settings import AuthMode, Settings
+
+
+# Dependencies are coroutines: FastAPI runs plain functions in a thread pool,
+# a hand-off that costs more than these take.
+async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
+    async with request.app.state.connections.connect() as conn:
+        yield conn
+
+
+async def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+@dataclass(frozen=True, slots=True)
+class MatchingContext:
+    """What a match needs from the process, built once at start-up: one dependency
+    on the hot path instead of three."""
+
+    settings: Settings
+    rng: random.Random
+    keeper: Keeper
+
+
+async def _matching_context(request: Request) -> MatchingContext:
+    return request.app.state.matching
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _authenticate(request: Request) -> Principal:
+    settings: Settings = request.app.state.settings
+    if settings.auth.mode is AuthMode.none:
+        client = request.client.host if request.client else None
+        if not settings.auth.allow_remote_without_auth and not _is_loopback(client):
+            raise Forbidden("authentication is off: only loopback callers are served")
+        return ANONYMOUS_ADMIN
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
+    return request.app.state.verifier.verify(token.strip())
+
+
+def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
+    """The dependency that gives the caller when its role is one of `roles` (401 without
+    a valid token, 403 for another role). Its `roles` attribute names them."""
+    admitted = frozenset(roles)
+    names = ", ".join(r.value for r in roles)
+
+    async def caller(request: Request) -> Principal:
+        principal = _authenticate(request)
+        if principal.role not in admitted:
+            raise Forbidden(f"role {principal.role.value} may not do this (allowed: {names})")
+        return principal
+
+    caller.roles = roles  # type: ignore[attr-defined]
+    return caller
+
+
+# Served without a caller: the probes and the scrape endpoint (their callers carry no
+# token) and the API's own description. Every other route declares its roles.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+Connection = Annotated[AsyncConnection, Depends(_connection)]
+CurrentSettings = Annotated[Settings, Depends(_settings)]
+Matching = Annotated[MatchingContext, Depends(_matching_context)]
+
+# The callers a route admits (fairmatch/auth/policy.py names the role sets).
+Admin = Annotated[Principal, Depends(allow(*policy.ADMINS))]
+Operators = Annotated[Principal, Depends(allow(*policy.OPERATORS))]
+Submitters = Annotated[Principal, Depends(allow(*policy.SUBMITTERS))]
+Pilots = Annotated[Principal, Depends(allow(*policy.PILOTS))]
+PilotsAndOperators = Annotated[Principal, Depends(allow(*policy.PILOTS_AND_OPERATORS))]
+AnyRole = Annotated[Principal, Depends(allow(*policy.ANYONE))]

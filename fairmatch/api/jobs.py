@@ -1,0 +1,125 @@
+"""/jobs: submit, read, list, change priorities, report status, kill."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from functools import partial
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from fairmatch.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters
+from fairmatch.api.schemas import Job, JobPage, SubmitResponse
+from fairmatch.auth import policy
+from fairmatch.errors import BadRequest, InvalidInput
+from fairmatch.fields import MAX_NAME, NAME_PATTERN
+from fairmatch.jobs import priority_classes
+from fairmatch.jobs.classes import PriorityChange
+from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.models import StatusUpdate, SubmitRequest
+from fairmatch.metrics import SUBMITTED_JOBS
+from fairmatch.services import job_classes, jobs, reprioritise, submission
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+MAX_ID = 2**63 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+
+
+def encode_cursor(after_id: int) -> str:
+    return base64.urlsafe_b64encode(f"after:{after_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, value = text.partition(":")
+        after_id = int(value)
+        if prefix != "after" or not 0 <= after_id <= MAX_ID:
+            raise ValueError(text)
+        return after_id
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise BadRequest("cursor is not one this service gave out") from None
+
+
+@router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
+async def submit_jobs(body: SubmitRequest, caller: Submitters, conn: Connection, settings: CurrentSettings) -> dict:
+    """All jobs are queued, or none is. A job naming a job class gets its default
+    priority class and is held to its access lists and maximum (DESIGN §4.5)."""
+    # read before the submission's transaction: a class replaced in between acts as if
+    # it had been replaced just after this submission
+    named = await job_classes.load_named(conn, (spec.job_class for spec in body.jobs))
+    specs = priority_classes.check_submission(caller, body.jobs, named)
+    if len(body.jobs) > settings.jobs.max_batch:
+        raise InvalidInput(
+            f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
+            [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
+        )
+    queued = await submission.submit(conn, specs, settings)
+    SUBMITTED_JOBS.inc(len(queued))
+    return {"jobs": queued}
+
+
+@router.get("", response_model=JobPage, summary="List jobs, oldest first")
+async def list_jobs(
+    caller: AnyRole,
+    conn: Connection,
+    status: JobStatus | None = None,
+    owner: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
+    owner_group: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> dict:
+    after_id = decode_cursor(cursor) if cursor else 0
+    page, next_after = await jobs.list_jobs(
+        conn,
+        status=status,
+        owner=owner,
+        owner_group=owner_group,
+        after_id=after_id,
+        limit=limit,
+        scope=policy.job_scope(caller),
+    )
+    return {"jobs": page, "next_cursor": encode_cursor(next_after) if next_after else None}
+
+
+@router.get("/{job_id}", response_model=Job, summary="One job")
+async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
+    return await jobs.get(conn, job_id, policy.job_scope(caller))
+
+
+@router.patch(
+    "/{job_id}",
+    response_model=Job,
+    responses={
+        409: {
+            "description": "The job is final (Done, Failed, Killed): its priority can no longer change.",
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    },
+    summary="Change a job's user priority and/or priority class",
+)
+async def change_priority(
+    job_id: JobId, body: PriorityChange, caller: Submitters, conn: Connection, settings: CurrentSettings
+) -> dict:
+    """Users may only lower the priority class of their own jobs and set the user
+    priority 0..10; admins and operators may set anything. A Waiting job moves to
+    the task queue of its new class at once; any other non-final job keeps the
+    values for when it is rescheduled."""
+    check_class = partial(priority_classes.check_class_change, caller, requested=body.priority_class)
+    return await reprioritise.change_priority(
+        conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
+    )
+
+
+@router.delete("/{job_id}", response_model=Job, summary="Kill a job")
+async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
+    return await jobs.kill(conn, job_id, policy.job_scope(caller))
+
+
+@router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
+async def report_status(
+    job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, conn: Connection, settings: CurrentSettings
+) -> dict:
+    return await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))

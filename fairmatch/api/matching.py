@@ -1,0 +1,71 @@
+"""/match and /taskqueues: what pilots and operators ask of the queues."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Path, Response
+
+from fairmatch.api.deps import Connection, Matching, Pilots, PilotsAndOperators, Submitters
+from fairmatch.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
+from fairmatch.auth import policy
+from fairmatch.auth.tokens import Principal
+from fairmatch.errors import NotFound
+from fairmatch.matching.pinning import pin_resource
+from fairmatch.matching.resource import ClaimingResource, ResourceDescription
+from fairmatch.services import matching as service
+from fairmatch.services import taskqueues
+
+router = APIRouter(tags=["matching"])
+
+
+@router.post(
+    "/match",
+    response_model=Job,
+    responses={204: {"description": "No job is eligible for this resource."}},
+    summary="Claim the job this resource should run now",
+)
+async def match(resource: ClaimingResource, caller: Pilots, conn: Connection, context: Matching) -> Response:
+    resource = pin_resource(caller, resource)
+    job = await service.match(
+        conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
+    )
+    if job is None:
+        return Response(status_code=204)
+    # the job comes from the database as the schema describes it: encoded, not validated again
+    return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")
+
+
+@router.post(
+    "/taskqueues/matching",
+    response_model=MatchingTaskQueueList,
+    summary="Dry run: the TQs this resource may match, with their chances",
+)
+async def matching_task_queues(
+    resource: ResourceDescription, caller: PilotsAndOperators, conn: Connection, context: Matching
+) -> dict:
+    resource = pin_resource(caller, resource)
+    return await service.explain(conn, resource, context.settings, context.keeper)
+
+
+def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
+    """Users see the queues of their own jobs; pilots ask /taskqueues/matching instead."""
+    if caller.privileged:
+        return tqs
+    scope = policy.job_scope(caller)
+    return [tq for tq in tqs if tq["owner"] == scope.owner and tq["owner_group"] in scope.owner_groups]
+
+
+@router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
+async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
+    tqs = await taskqueues.read_task_queues(conn)
+    return {"task_queues": _visible_task_queues(caller, tqs)}
+
+
+@router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
+async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection) -> dict:
+    found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
+    if not found:
+        raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")
+    return found[0]

@@ -1,0 +1,99 @@
+"""/limits: the site limits (DIRAC Limiter) every replica enforces."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+
+from fairmatch.api.deps import Admin, Connection, Operators
+from fairmatch.fields import Int, Name
+from fairmatch.limits.rules import DIRAC_NAMES, Attribute, Limit
+from fairmatch.services import limits as limit_service
+
+router = APIRouter(prefix="/limits", tags=["limits"])
+
+MAX_LIMITS = 10_000
+MAX_RUNNING_LIMIT = 10**9
+MAX_DELAY_SECONDS = 7 * 86400
+
+
+def _attribute_name(value: Any) -> Any:
+    """DIRAC's spelling (JobType, OwnerGroup, Owner) is accepted too."""
+    return DIRAC_NAMES.get(value, value) if isinstance(value, str) else value
+
+
+class LimitSpec(BaseModel):
+    """One limit: at a site, for one value of a job attribute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    site: Name
+    attribute: Annotated[Attribute, BeforeValidator(_attribute_name)] = Field(
+        description="job_type, owner_group or owner (DIRAC's JobType, OwnerGroup, Owner are accepted)."
+    )
+    value: Name
+    running_limit: Int | None = Field(
+        None, ge=0, le=MAX_RUNNING_LIMIT, description="At most this many jobs Matched + Running at the site."
+    )
+    matching_delay: Annotated[float, Strict(False)] | None = Field(
+        None, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False,
+        description="At least this many seconds between two matches at the site.",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _says_something(self) -> LimitSpec:
+        if self.running_limit is None and self.matching_delay is None:
+            raise ValueError("a limit needs running_limit, matching_delay or both")
+        return self
+
+
+class LimitSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limits: list[LimitSpec] = Field(max_length=MAX_LIMITS)
+
+    @model_validator(mode="after")
+    def _one_per_key(self) -> LimitSet:
+        seen: set[tuple[str, str, str]] = set()
+        for spec in self.limits:
+            key = (spec.site, spec.attribute.value, spec.value)
+            if key in seen:
+                raise ValueError(f"limit {'/'.join(key)} is given twice")
+            seen.add(key)
+        return self
+
+
+class LimitView(BaseModel):
+    site: str
+    attribute: Attribute
+    value: str
+    running_limit: int | None
+    matching_delay: float | None
+    running: int = Field(description="Jobs of this value Matched or Running at the site now.")
+    last_match_at: datetime | None = Field(description="When a job of this value was last matched there.")
+
+
+class LimitList(BaseModel):
+    limits: list[LimitView]
+
+
+async def _current(conn: Connection) -> dict:
+    return {"limits": await limit_service.list_limits(conn)}
+
+
+@router.get("", response_model=LimitList, summary="Every site limit with its current state")
+async def list_limits(caller: Operators, conn: Connection) -> dict:
+    return await _current(conn)
+
+
+@router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
+async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
+    limits = [
+        Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay)
+        for s in sorted(body.limits, key=lambda s: (s.site, s.attribute.value, s.value))
+    ]
+    await limit_service.replace_limits(conn, limits)
+    return await _current(conn)

@@ -1,0 +1,70 @@
+"""/status: one overview for operators (what `fairmatch status` shows)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from fairmatch.api.deps import Connection, Operators
+from fairmatch.services import status as status_service
+
+router = APIRouter(tags=["status"])
+
+
+class JobCounts(BaseModel):
+    waiting: int
+    matched: int
+    running: int
+    stalled: int
+
+
+class GroupCounts(BaseModel):
+    owner_group: str
+    waiting: int
+    matched: int
+    running: int
+    stalled: int
+
+
+class MatchRate(BaseModel):
+    window_seconds: int = Field(description="The window, ending at generated_at.")
+    matches: int = Field(description="Jobs matched in the window (by any replica).")
+    per_second: float
+
+
+class BusyTaskQueue(BaseModel):
+    task_queue_id: int
+    owner: str
+    owner_group: str
+    priority_class: int
+    priority: float
+    jobs: int = Field(description="Waiting jobs.")
+
+
+class LastPriorityRun(BaseModel):
+    runner: str
+    policy: str
+    started_at: datetime
+    finished_at: datetime
+    task_queues: int
+
+
+class Status(BaseModel):
+    generated_at: datetime
+    totals: JobCounts = Field(description="Jobs in each non-final state.")
+    groups: list[GroupCounts] = Field(description="Per group with non-final jobs, by name.")
+    match_rate: list[MatchRate] = Field(description="The last minute and the last five minutes.")
+    top_task_queues: list[BusyTaskQueue] = Field(description="Most waiting jobs first.")
+    last_priority_run: LastPriorityRun | None = Field(description="null before the first run.")
+
+
+@router.get("/status", response_model=Status, summary="Jobs per group, match rate, busiest queues (operator)")
+async def status(
+    caller: Operators,
+    conn: Connection,
+    top: Annotated[int, Query(ge=1, le=100, description="How many task queues to list.")] = 10,
+) -> dict:
+    return await status_service.summary(conn, top)

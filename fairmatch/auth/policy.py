@@ -1,0 +1,61 @@
+"""What each role may do (DESIGN §7). Pure logic: routers and stores call these.
+
+admin     everything
+operator  every job, any priority class, kill, explain matching
+user      submits and sees only jobs with owner = sub and owner_group in groups,
+          priority class <= 0 (fairmatch/jobs/priority_classes.py); may kill them and
+          lower their class
+pilot     /match and its dry run, pinned to its `site`/`groups`/`vo` claims
+          (fairmatch/matching/pinning.py); sees and reports the status of the jobs it matched
+Jobs a caller may not see are reported missing (404), not forbidden.
+
+Which roles may call a route at all is declared in the route's signature with
+the role sets below (fairmatch/api/deps.py); what a caller then sees of the data is
+its `job_scope`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fairmatch.auth.tokens import Principal, Role
+
+# The role sets routes admit, in the order a refusal names them.
+ADMINS = (Role.admin,)
+OPERATORS = (Role.admin, Role.operator)
+SUBMITTERS = (Role.admin, Role.operator, Role.user)
+PILOTS = (Role.admin, Role.pilot)
+PILOTS_AND_OPERATORS = (Role.admin, Role.operator, Role.pilot)
+ANYONE = tuple(Role)
+
+
+def refusal(role: Role, allowed: tuple[Role, ...]) -> str | None:
+    """Why `role` may not call a route open to `allowed`; None when it may."""
+    if role in allowed:
+        return None
+    return f"role {role.value} may not do this (allowed: {', '.join(r.value for r in allowed)})"
+
+
+@dataclass(frozen=True, slots=True)
+class JobScope:
+    """The part of the jobs table a caller sees; None means unrestricted."""
+
+    owner: str | None = None
+    owner_groups: frozenset[str] | None = None
+    matched_by: str | None = None
+
+    def sees(self, job: Any) -> bool:
+        return (
+            (self.owner is None or job.owner == self.owner)
+            and (self.owner_groups is None or job.owner_group in self.owner_groups)
+            and (self.matched_by is None or job.matched_by == self.matched_by)
+        )
+
+
+def job_scope(caller: Principal) -> JobScope:
+    if caller.privileged:
+        return JobScope()
+    if caller.role is Role.user:
+        return JobScope(owner=caller.sub, owner_groups=caller.groups)
+    return JobScope(matched_by=caller.sub)

@@ -1,0 +1,146 @@
+"""JWT bearer tokens: HS256 with a shared secret or RS256 with a key pair.
+
+A token carries `sub`, `role` (admin, operator, user, pilot), `groups`, `vo`
+and optionally `site`; `exp` is required. Audience and issuer are checked
+when configured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from fairmatch.errors import Unauthorized
+from fairmatch.settings import AuthSettings
+
+MAX_CLAIM = 255
+MAX_GROUPS = 100
+
+
+class Role(StrEnum):
+    admin = "admin"
+    operator = "operator"
+    user = "user"
+    pilot = "pilot"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    sub: str
+    role: Role
+    groups: frozenset[str] = frozenset()
+    vo: str | None = None
+    site: str | None = None
+
+    @property
+    def privileged(self) -> bool:
+        """Admins and operators see and act on every job."""
+        return self.role in (Role.admin, Role.operator)
+
+
+# With authentication off (loopback only) every caller is this admin.
+ANONYMOUS_ADMIN = Principal(sub="anonymous", role=Role.admin)
+
+
+def _read_key(path: Path | None, what: str) -> str:
+    if path is None:
+        raise ValueError(f"auth.{what} is not set")
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read auth.{what} {path}: {exc.strerror}") from None
+
+
+class TokenVerifier:
+    """Holds the verification key, read once at start-up."""
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.settings = settings
+        if settings.algorithm == "HS256":
+            self.key: Any = settings.secret.get_secret_value() if settings.secret else None
+        else:
+            self.key = _read_key(settings.public_key_file, "public_key_file")
+
+    def verify(self, token: str) -> Principal:
+        try:
+            claims = jwt.decode(
+                token,
+                self.key,
+                algorithms=[self.settings.algorithm],
+                audience=self.settings.audience,
+                issuer=self.settings.issuer,
+                options={"require": ["exp", "sub", "role"], "verify_aud": self.settings.audience is not None},
+                leeway=5,
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("the token has expired") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthorized(f"the token is not valid: {exc}") from None
+        return principal_from_claims(claims)
+
+
+def _short_string(claims: dict, name: str, required: bool = False) -> str | None:
+    value = claims.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_CLAIM:
+        raise Unauthorized(f"the token's {name!r} claim must be a non-empty string")
+    return value
+
+
+def principal_from_claims(claims: dict) -> Principal:
+    try:
+        role = Role(claims["role"])
+    except ValueError:
+        raise Unauthorized(f"unknown role {claims['role']!r} in the token") from None
+    groups = claims.get("groups", [])
+    if isinstance(groups, str):
+        groups = [groups]
+    if (
+        not isinstance(groups, list)
+        or len(groups) > MAX_GROUPS
+        or not all(isinstance(g, str) and 0 < len(g) <= MAX_CLAIM for g in groups)
+    ):
+        raise Unauthorized("the token's 'groups' claim must be a list of group names")
+    return Principal(
+        sub=_short_string(claims, "sub", required=True),
+        role=role,
+        groups=frozenset(groups),
+        vo=_short_string(claims, "vo"),
+        site=_short_string(claims, "site"),
+    )
+
+
+def create_token(
+    settings: AuthSettings,
+    *,
+    role: Role,
+    sub: str,
+    groups: list[str] | None = None,
+    vo: str | None = None,
+    site: str | None = None,
+    ttl_seconds: int,
+) -> str:
+    """Sign a token the service configured with `settings` accepts."""
+    now = int(time.time())
+    claims: dict[str, Any] = {"sub": sub, "role": role.value, "iat": now, "exp": now + ttl_seconds}
+    if groups:
+        claims["groups"] = groups
+    if vo:
+        claims["vo"] = vo
+    if site:
+        claims["site"] = site
+    if settings.issuer:
+        claims["iss"] = settings.issuer
+    if settings.audience:
+        claims["aud"] = settings.audience
+    if settings.algorithm == "HS256":
+        key: Any = settings.hs256_key()
+    else:
+        key = _read_key(settings.private_key_file, "private_key_file")
+    return jwt.encode(claims, key, algorithm=settings.algorithm)

@@ -1,0 +1,56 @@
+"""`fairmatch associations …`: the Slurm association tree, in and out as sacctmgr text."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fairmatch.cli.client import TokenOption, UrlOption, call_api_text, connect
+from fairmatch.cli.common import EXIT_USAGE, fail
+from fairmatch.cli.render import show
+
+app = typer.Typer(help="The Slurm association tree (sacctmgr format).", no_args_is_help=True)
+
+SACCTMGR_COMMAND = "sacctmgr -n -p show assoc cluster=X format=account,share,parentn,user"
+
+
+@app.command("import")
+def associations_import(
+    file: Annotated[
+        str,
+        typer.Argument(metavar="FILE", show_default=False, help=f"The output of `{SACCTMGR_COMMAND}`; - reads stdin."),
+    ],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Replace the whole association tree with a sacctmgr dump.
+
+    All or nothing: a dump with a wrong line is refused, naming the line, and the tree stays as it was.
+    """
+    text = read_dump(file)
+    response = call_api_text(connect(url, token), "PUT", "/associations", content=text)
+    show(response.json(), lambda answer: f"imported {answer['associations']} associations")
+
+
+@app.command("export")
+def associations_export(url: UrlOption = None, token: TokenOption = None) -> None:
+    """Print the association tree as a sacctmgr dump, byte for byte the text imported."""
+    response = call_api_text(connect(url, token), "GET", "/associations")
+    # not typer.echo: the text must reach stdout unchanged, with no newline added
+    sys.stdout.write(response.text)
+    sys.stdout.flush()
+
+
+def read_dump(file: str) -> str:
+    """The file's exact text: bytes decoded, line endings untouched (the server judges them)."""
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}", EXIT_USAGE)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{file} is not UTF-8 text: {exc.reason} at byte {exc.start}", EXIT_USAGE)

@@ -1,0 +1,232 @@
+"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, kill and reprioritise jobs over the REST API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fairmatch.cli import render
+from fairmatch.cli.client import Service, TokenOption, UrlOption, call_api, connect
+from fairmatch.cli.common import EXIT_USAGE, enum_parser, fail, note
+from fairmatch.cli.files import load_jobs
+from fairmatch.cli.render import dash, fields_table, new_table, show, timestamp
+from fairmatch.jobs.lifecycle import JobStatus
+
+BATCH_SIZE = 10_000  # the server's largest POST /jobs
+PAGE_SIZE = 1000  # the largest page GET /jobs gives
+MAX_ID = 2**63 - 1
+
+app = typer.Typer(help="Submit, list, inspect, kill and reprioritise jobs.", no_args_is_help=True)
+submit_app = typer.Typer()  # `fairmatch submit`: the same command as `fairmatch jobs submit`
+
+JobId = Annotated[int, typer.Argument(min=1, max=MAX_ID, metavar="ID", help="The job's id.", show_default=False)]
+
+
+class ReportedStatus(StrEnum):
+    """What a status report may set (the rest of the lifecycle is the service's)."""
+
+    Running = "Running"
+    Done = "Done"
+    Failed = "Failed"
+    Stalled = "Stalled"
+    Waiting = "Waiting"
+
+
+# --- submit -----------------------------------------------------------------
+
+
+@submit_app.command()
+@app.command("submit")
+def submit(
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE",
+            show_default=False,
+            help='Jobs as .json (a list, or {"jobs": [...]}) or .toml ([[jobs]] tables); - reads JSON from stdin.',
+        ),
+    ],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Queue the jobs in FILE and show their ids and task queues.
+
+    Jobs go in batches of 10 000. Each batch is queued entirely or not at all, so when a
+    batch fails the batches before it stay queued.
+    """
+    jobs = load_jobs(file)
+    api = connect(url, token)
+    batches = [jobs[i : i + BATCH_SIZE] for i in range(0, len(jobs), BATCH_SIZE)]
+    if len(batches) == 1:
+        answer = call_api(api, "POST", "/jobs", {"jobs": jobs})
+    else:
+        answer = {"jobs": submit_batches(api, batches, len(jobs))}
+    show(answer, submitted_table)
+
+
+def submit_batches(api: Service, batches: list[list[dict]], total: int) -> list[dict]:
+    queued: list[dict] = []
+    with batch_progress(total) as report:
+        for number, batch in enumerate(batches, start=1):
+            where = f"batch {number}/{len(batches)} (jobs {len(queued) + 1}-{len(queued) + len(batch)})"
+            try:
+                queued += call_api(api, "POST", "/jobs", {"jobs": batch})["jobs"]
+            except typer.Exit:
+                # the error's job indexes count from the batch's first job
+                note(f"{where} failed; the {len(queued)} jobs before it stay queued")
+                raise
+            report(len(batch), f"{where} queued: {len(queued)}/{total} jobs")
+    return queued
+
+
+@contextmanager
+def batch_progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """Yields report(jobs_done, line): a progress bar on a terminal, else the line on stderr."""
+    if not render.stderr_is_tty():
+        yield lambda _done, line: note(line)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("queueing jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        task = progress.add_task("submit", total=total)
+        yield lambda done, _line: progress.advance(task, done)
+
+
+def submitted_table(document: dict) -> Table:
+    table = new_table("Jobs", "id", "TQ", "status", caption=f"{len(document['jobs'])} jobs")
+    for job in document["jobs"]:
+        table.add_row(str(job["job_id"]), str(job["task_queue_id"]), job["status"])
+    return table
+
+
+# --- list -------------------------------------------------------------------
+
+
+@app.command("list")
+def list_jobs(
+    status: Annotated[
+        JobStatus | None, typer.Option(parser=enum_parser(JobStatus), help="Only jobs in this state.")
+    ] = None,
+    owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
+    group: Annotated[str | None, typer.Option(help="Only jobs of this owner group.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, oldest first.")] = 100,
+    all_pages: Annotated[bool, typer.Option("--all", help="Every matching job: follow all pages.")] = False,
+    cursor: Annotated[str | None, typer.Option(help="Continue a listing: its next_cursor.")] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List jobs, oldest first, following the service's pages.
+
+    With --limit the answer's next_cursor continues the listing (--cursor); --all lists everything.
+    """
+    query = {"status": status.value if status else None, "owner": owner, "owner_group": group}
+    jobs, next_cursor = fetch_jobs(connect(url, token), query, None if all_pages else limit, cursor)
+    show({"jobs": jobs, "next_cursor": next_cursor}, job_list_table)
+
+
+def fetch_jobs(
+    api: Service, query: dict[str, Any], limit: int | None, cursor: str | None
+) -> tuple[list[dict], str | None]:
+    """Pages of GET /jobs until `limit` jobs (None: all) or the last page; the cursor after them."""
+    jobs: list[dict] = []
+    while True:
+        size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(jobs))
+        params = {k: v for k, v in {**query, "limit": size, "cursor": cursor}.items() if v is not None}
+        page = call_api(api, "GET", f"/jobs?{urlencode(params)}")
+        jobs += page["jobs"]
+        cursor = page["next_cursor"]
+        if cursor is None or (limit is not None and len(jobs) >= limit):
+            return jobs, cursor
+
+
+def job_list_table(document: dict) -> Table:
+    caption = f"{len(document['jobs'])} jobs"
+    if document["next_cursor"]:
+        caption += f"; more with --cursor {document['next_cursor']}"
+    table = new_table("Jobs", "id", "status", "owner", "group", "TQ", "class", "uprio", "site", "submitted",
+                      caption=caption)  # fmt: skip
+    for job in document["jobs"]:
+        table.add_row(
+            str(job["job_id"]), job["status"], job["owner"], job["owner_group"],
+            dash(job["task_queue_id"]), str(job["priority_class"]), str(job["user_priority"]),
+            dash(job["site"]), timestamp(job["submitted_at"]),
+        )  # fmt: skip
+    return table
+
+
+# --- one job ----------------------------------------------------------------
+
+
+def show_job(job: dict, title: str) -> None:
+    show(job, lambda doc: fields_table(title, doc))
+
+
+@app.command("show")
+def show_one(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
+    """One job: state, requirements, payload, where and when it ran."""
+    show_job(call_api(connect(url, token), "GET", f"/jobs/{job_id}"), f"Job {job_id}")
+
+
+@app.command("kill")
+def kill(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
+    """Kill a job that has not finished (a finished one is refused)."""
+    job = call_api(connect(url, token), "DELETE", f"/jobs/{job_id}")
+    show_job(job, f"Job {job_id} killed")
+
+
+@app.command("priority")
+def priority(
+    job_id: JobId,
+    user_priority: Annotated[
+        int | None, typer.Option(min=0, max=10, help="0 = background, 1 default, 10 = always first.")
+    ] = None,
+    priority_class: Annotated[
+        int | None, typer.Option(min=-1023, max=1024, help="Strict priority class (users may only lower it).")
+    ] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Change a job's user priority and/or priority class.
+
+    A waiting job moves to the task queue of its new class at once.
+    """
+    if user_priority is None and priority_class is None:
+        fail("give --user-priority, --priority-class or both", EXIT_USAGE)
+    change = {"user_priority": user_priority, "priority_class": priority_class}
+    body = {k: v for k, v in change.items() if v is not None}
+    job = call_api(connect(url, token), "PATCH", f"/jobs/{job_id}", body)
+    show_job(job, f"Job {job_id}")
+
+
+@app.command("status")
+def report_status(
+    job_id: JobId,
+    status: Annotated[
+        ReportedStatus,
+        typer.Argument(
+            parser=enum_parser(ReportedStatus),
+            metavar="STATUS",
+            show_default=False,
+            help="Running, Done, Failed, Stalled or Waiting.",
+        ),
+    ],
+    minor_status: Annotated[str | None, typer.Option(help="Free text shown with the status.")] = None,
+    cpu_seconds: Annotated[float | None, typer.Option(min=0, help="CPU seconds used so far.")] = None,
+    wall_seconds: Annotated[float | None, typer.Option(min=0, help="Wall-clock seconds so far.")] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Report a job's status by hand, as its pilot would (Running again is a heartbeat)."""
+    report = {"status": status.value, "minor_status": minor_status,
+              "cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds}  # fmt: skip
+    body = {k: v for k, v in report.items() if v is not None}
+    job = call_api(connect(url, token), "POST", f"/jobs/{job_id}/status", body)
+    show_job(job, f"Job {job_id}")

@@ -1,0 +1,67 @@
+"""`fairmatch status` (the operator's overview) and `fairmatch recompute` (a priority run now)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Group
+from rich.table import Table
+
+from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect
+from fairmatch.cli.render import new_table, show, timestamp
+
+COUNTS = ("waiting", "matched", "running", "stalled")
+
+app = typer.Typer()
+
+
+@app.command()
+def status(
+    top: Annotated[int, typer.Option(min=1, max=100, help="How many task queues to list.")] = 10,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """One screen for operators: jobs per group, match rate, busiest task queues, last priority run."""
+    show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
+
+
+def status_screen(document: dict) -> Group:
+    groups = new_table("Jobs per group", "group", *COUNTS, caption=f"at {when(document['generated_at'])}")
+    for row in [*document["groups"], {"owner_group": "total", **document["totals"]}]:
+        groups.add_row(row["owner_group"], *(str(row[c]) for c in COUNTS))
+    rate = new_table("Matches", "window", "matches", "per second")
+    for window in document["match_rate"]:
+        rate.add_row(f"{window['window_seconds'] // 60} min", str(window["matches"]), f"{window['per_second']:.3g}")
+    queues = new_table("Busiest task queues", "id", "owner", "group", "class", "priority", "jobs")
+    for tq in document["top_task_queues"]:
+        queues.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], str(tq["priority_class"]),
+                       f"{tq['priority']:.4g}", str(tq["jobs"]))  # fmt: skip
+    return Group(groups, rate, queues, last_run_table(document["last_priority_run"]))
+
+
+def last_run_table(run: dict | None) -> Table:
+    table = new_table("Last priority run", "policy", "runner", "started", "finished", "task queues")
+    if run is None:
+        table.caption = "none yet"
+    else:
+        table.add_row(run["policy"], run["runner"], when(run["started_at"]), when(run["finished_at"]),
+                      str(run["task_queues"]))  # fmt: skip
+    return table
+
+
+def when(moment: str) -> str:
+    return f"{timestamp(moment)} UTC"
+
+
+@app.command()
+def recompute(url: UrlOption = None, token: TokenOption = None) -> None:
+    """Run the priority loop now (admin) and summarise what it decided."""
+    show(call_api(connect(url, token), "POST", "/priorities/recompute"), recompute_table)
+
+
+def recompute_table(document: dict) -> Table:
+    table = last_run_table(document)
+    table.title = "Priority run"
+    table.caption = f"{document['changed']} task queue priorities changed; details: fairmatch sshare"
+    return table

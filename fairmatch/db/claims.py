@@ -1,0 +1,273 @@
+"""Claiming one waiting job of a task queue, atomically.
+
+PostgreSQL: one statement. The candidates (the lowest `candidates` ids of
+the drawn user-priority level, or the one job asked for) are ordered at
+random and the first one nobody else holds is locked (`FOR UPDATE SKIP
+LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
+over, never waited for). It is then removed from tq_jobs, marked Matched,
+its event and idempotency key recorded - all or nothing, committed before
+the answer leaves. It runs on the driver's own connection: SQLAlchemy's
+execution layer would cost as much as the database does here.
+
+SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
+the database write lock, so no other claim can interleave; they run in the
+driver's worker thread in one go (fairmatch/db/sqlite_claim.py).
+
+With a site-limit guard, the claimed job is checked in the claim's own
+transaction and the claim rolled back if it breaks a limit.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.sqlite_claim import claim_in_thread
+from fairmatch.db.tables import jobs, match_requests, tq_jobs
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTarget:
+    """Where to claim from: a user-priority level of a TQ, or one named job."""
+
+    tq_id: int
+    level: float | None = None
+    job_id: int | None = None
+    candidates: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    job: Any  # the jobs row after the claim
+    tq_now_empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Missed:
+    """Nothing claimed: other matchers held every candidate, the level had no job left,
+    or (a claim without a guard) the site turned out to have limits."""
+
+    level_empty: bool
+    site_limited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The claimed job broke a site limit; its claim was rolled back."""
+
+    reasons: list[dict[str, Any]]
+
+
+# Checks the claimed job inside the claim's transaction; a non-empty answer refuses it.
+Guard = Callable[[AsyncConnection, Any], Awaitable[list[dict[str, Any]]]]
+
+_LEVEL_CANDIDATES = """
+        SELECT job_id FROM tq_jobs
+        WHERE tq_id = %(tq_id)s AND real_priority = %(level)s
+        ORDER BY job_id
+        LIMIT %(candidates)s"""
+
+_NAMED_CANDIDATE = """
+        SELECT job_id FROM tq_jobs
+        WHERE tq_id = %(tq_id)s AND job_id = %(job_id)s"""
+
+# Text with fixed placeholders; every value is bound. The probes at the end read
+# the queue as it was before this statement's own delete.
+_CLAIM_SQL = """
+WITH picked AS MATERIALIZED (
+    SELECT t.job_id
+    FROM tq_jobs AS t
+    WHERE t.job_id IN ({candidates})
+      -- a claim without a site-limit guard only runs where no limit applies
+      AND (%(guarded)s OR NOT EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s))
+    ORDER BY random()
+    LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), removed AS (
+    DELETE FROM tq_jobs AS t
+    USING picked
+    WHERE t.job_id = picked.job_id
+    RETURNING t.job_id
+), matched AS (
+    UPDATE jobs
+    SET status = 'Matched',
+        site = %(site)s,
+        pilot_reference = %(pilot_reference)s,
+        matched_by = %(requester)s,
+        matched_at = %(now)s,
+        lease_expires_at = %(lease_until)s,
+        task_queue_id = %(tq_id)s
+    FROM removed
+    WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
+    RETURNING jobs.*
+), event AS (
+    INSERT INTO job_events (job_id, status, at, source)
+    SELECT id, 'Matched', %(now)s, 'match' FROM matched
+), request AS (
+    INSERT INTO match_requests (requester, request_id, job_id, created_at)
+    SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s FROM matched
+    WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
+)
+SELECT matched.*,
+       EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s) AS site_limited,
+       EXISTS (SELECT 1 FROM tq_jobs
+               WHERE tq_id = %(tq_id)s AND real_priority = CAST(%(level)s AS float8)) AS level_left,
+       (SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = %(tq_id)s LIMIT 2) AS s) AS jobs_before
+FROM (SELECT 1) AS one LEFT JOIN matched ON true
+"""
+
+CLAIM_LEVEL = _CLAIM_SQL.format(candidates=_LEVEL_CANDIDATES)
+CLAIM_NAMED = _CLAIM_SQL.format(candidates=_NAMED_CANDIDATE)
+
+
+class _Row:
+    """Attribute access to a result row by column name."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+class ClaimDB(AreaDB):
+    """Claims: the one job a match takes, and where a waiting job waits.
+
+    `claim` opens its own transaction (the claim is one atomic step, on
+    PostgreSQL one autocommitted statement); the other methods run in the caller's.
+    """
+
+    async def claim(
+        self,
+        target: ClaimTarget,
+        *,
+        site: str,
+        pilot_reference: str | None,
+        requester: str,
+        request_id: str | None,
+        now: datetime,
+        lease_until: datetime,
+        rng: random.Random,
+        guard: Guard | None = None,
+    ) -> Claimed | Missed | Refused:
+        """Claim one job of the target in a transaction of its own; with a guard, only if it passes."""
+        params = {
+            "tq_id": target.tq_id,
+            "level": target.level,
+            "job_id": target.job_id,
+            "candidates": target.candidates,
+            "site": site,
+            "pilot_reference": pilot_reference,
+            "requester": requester,
+            "request_id": request_id,
+            "now": now,
+            "lease_until": lease_until,
+            "guarded": guard is not None,
+        }
+        if guard is None:
+            return await self._claim_alone(target, params, rng)
+        async with self.conn.begin() as transaction:
+            outcome = await self._claim_step(target, params, rng)
+            if isinstance(outcome, Claimed):
+                reasons = await guard(self.conn, outcome.job)
+                if reasons:
+                    await transaction.rollback()
+                    return Refused(reasons)
+        return outcome
+
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        """An unguarded claim, as its own transaction."""
+        async with self.conn.begin():
+            return await self._claim_step(target, params, rng)
+
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        """The claim's statements, inside the transaction open on the connection."""
+        raise NotImplementedError
+
+    async def previous_match(self, requester: str, request_id: str) -> Any | None:
+        """The jobs row a request id of this requester already claimed, if any."""
+        stmt = (
+            select(jobs)
+            .join(match_requests, match_requests.c.job_id == jobs.c.id)
+            .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)
+        )
+        return (await self.conn.execute(stmt)).first()
+
+    async def queue_of(self, job_id: int) -> tuple[int, float] | None:
+        """(TQ, level) of a waiting job; None when it is not waiting."""
+        row = (
+            await self.conn.execute(select(tq_jobs.c.tq_id, tq_jobs.c.real_priority).where(tq_jobs.c.job_id == job_id))
+        ).first()
+        return None if row is None else (row.tq_id, float(row.real_priority))
+
+
+class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return _outcome(await _execute(self.conn, _statement(target), params))
+
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return _outcome((await self.conn.exec_driver_sql(_statement(target), params)).one())
+
+
+class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return await self._in_thread(target, params, rng, own_transaction=True)
+
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+        return await self._in_thread(target, params, rng, own_transaction=False)
+
+    async def _in_thread(
+        self, target: ClaimTarget, params: dict[str, Any], rng: random.Random, *, own_transaction: bool
+    ) -> Claimed | Missed:
+        named = target.job_id is not None
+        row = await claim_in_thread(self.conn, params, named=named, draw=rng.random(), own_transaction=own_transaction)
+        return _outcome(_Row(row))
+
+
+def _statement(target: ClaimTarget) -> str:
+    return CLAIM_NAMED if target.job_id is not None else CLAIM_LEVEL
+
+
+def _outcome(row: Any) -> Claimed | Missed:
+    if row.id is None:
+        return Missed(level_empty=not row.level_left, site_limited=row.site_limited)
+    return Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
+
+
+async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _Row:
+    """Run the statement on the driver's own connection, as its own transaction.
+
+    Driver errors become SQLAlchemy's, so that outages answer 503 as elsewhere,
+    and a broken connection is dropped from the pool.
+    """
+    raw = (await conn.get_raw_connection()).driver_connection
+    try:
+        # one statement is its own transaction: in autocommit mode, no BEGIN and
+        # COMMIT round trips around it
+        await raw.set_autocommit(True)
+        try:
+            cursor = await raw.execute(sql, params)
+            row = await cursor.fetchone()
+        finally:
+            if not raw.closed:
+                await raw.set_autocommit(False)
+    except psycopg.Error as exc:
+        broken = raw.broken or raw.closed
+        if broken:
+            await conn.invalidate()
+        raise DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken) from exc
+    names = _COLUMNS.get(sql)
+    if names is None or len(names) != len(row):  # first run, or the table gained columns
+        names = _COLUMNS[sql] = [c.name for c in cursor.description]
+    return _Row(dict(zip(names, row)))
+
+
+# the answer's column names per statement: reading them from each result costs more
+# than the rest of the row's decoding
+_COLUMNS: dict[str, list[str]] = {}

@@ -1,0 +1,200 @@
+"""Site-limit SQL: the rules, the state they are checked against, the admission check.
+
+Matching reads a site's limits (one indexed lookup; nothing more for a site
+without limits), bans the values at their limit, and after claiming a job
+checks it in the claim's own transaction (`admit`): on PostgreSQL under a
+per-site advisory lock, so that two replicas matching at one site at the same
+moment cannot both take the last slot; on SQLite the write lock already
+serialises claims. A job that would break a limit is rolled back unclaimed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import TextClause, bindparam, delete, func, insert, select, text
+
+from fairmatch.clock import as_utc
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.tables import jobs, site_limit_matches, site_limits
+from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
+from fairmatch.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimits
+
+SITE_LOCK_NAMESPACE = 7_100_010  # with hashtext(site): one advisory lock per site
+
+_HOLDING = tuple(sorted(HOLDING_A_SLOT))
+
+_JOB_TYPE_COUNTS_PG = text(
+    """
+    SELECT jt.value, count(*)
+    FROM jobs CROSS JOIN LATERAL
+         jsonb_array_elements_text(CAST(jobs.requirements AS jsonb) -> 'job_types') AS jt(value)
+    WHERE jobs.site = :site AND jobs.status IN :statuses AND jt.value IN :values
+    GROUP BY jt.value"""
+).bindparams(bindparam("statuses", expanding=True), bindparam("values", expanding=True))
+
+_JOB_TYPE_COUNTS_SQLITE = text(
+    """
+    SELECT jt.value, count(*)
+    FROM jobs, json_each(jobs.requirements, '$.job_types') AS jt
+    WHERE jobs.site = :site AND jobs.status IN :statuses AND jt.value IN :values
+    GROUP BY jt.value"""
+).bindparams(bindparam("statuses", expanding=True), bindparam("values", expanding=True))
+
+_LOCK_SITE = text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:site))")
+
+
+def _limit(row: Any) -> Limit:
+    return Limit(row.site, Attribute(row.attribute), row.value, row.running_limit, row.matching_delay)
+
+
+def _row(limit: Limit) -> dict[str, Any]:
+    return {
+        "site": limit.site,
+        "attribute": limit.attribute.value,
+        "value": limit.value,
+        "running_limit": limit.running_limit,
+        "matching_delay": limit.matching_delay,
+    }
+
+
+class LimitDB(AreaDB):
+    """Site limits, the jobs holding their slots, and the last match per limited value."""
+
+    job_type_counts: TextClause  # per backend: job types live in a JSON list
+
+    async def running_counts(self, site: str, limits: Iterable[Limit]) -> dict[tuple[Attribute, str], int]:
+        """Jobs holding a slot at `site`, per limited (attribute, value)."""
+        wanted: dict[Attribute, list[str]] = {}
+        for limit in limits:
+            wanted.setdefault(limit.attribute, []).append(limit.value)
+        counts: dict[tuple[Attribute, str], int] = {}
+        for attribute, values in wanted.items():
+            if attribute is Attribute.job_type:
+                rows = await self.conn.execute(
+                    self.job_type_counts, {"site": site, "statuses": list(_HOLDING), "values": sorted(set(values))}
+                )
+            else:
+                column = jobs.c[attribute.value]
+                rows = await self.conn.execute(
+                    select(column, func.count())
+                    .where(jobs.c.site == site, jobs.c.status.in_(_HOLDING), column.in_(sorted(set(values))))
+                    .group_by(column)
+                )
+            counts.update(((attribute, value), int(n)) for value, n in rows)
+        return counts
+
+    async def _states(self, site: str | None) -> list[LimitState]:
+        """Limits (of one site, or all) with their running counts and last match times."""
+        m = site_limit_matches
+        query = (
+            select(site_limits, m.c.last_match_at)
+            .outerjoin(
+                m,
+                (m.c.site == site_limits.c.site)
+                & (m.c.attribute == site_limits.c.attribute)
+                & (m.c.value == site_limits.c.value),
+            )
+            .order_by(site_limits.c.site, site_limits.c.attribute, site_limits.c.value)
+        )
+        if site is not None:
+            query = query.where(site_limits.c.site == site)
+        rows = (await self.conn.execute(query)).all()
+        states: list[LimitState] = []
+        by_site: dict[str, list[Any]] = {}
+        for row in rows:
+            by_site.setdefault(row.site, []).append(row)
+        for name, site_rows in by_site.items():
+            limits = [_limit(r) for r in site_rows]
+            running = await self.running_counts(name, [lim for lim in limits if lim.running_limit is not None])
+            states += [
+                LimitState(lim, running.get((lim.attribute, lim.value), 0),
+                           as_utc(r.last_match_at) if r.last_match_at is not None else None)
+                for lim, r in zip(limits, site_rows)
+            ]  # fmt: skip
+        return states
+
+    async def of_site(self, site: str | None, now: datetime) -> SiteLimits | None:
+        """The site's limits as they stand; None when it has none."""
+        if site is None:
+            return None
+        states = await self._states(site)
+        return SiteLimits(tuple(states), now) if states else None
+
+    async def limited_sites(self) -> frozenset[str]:
+        """Sites with at least one limit."""
+        return frozenset((await self.conn.execute(select(site_limits.c.site).distinct())).scalars())
+
+    async def list(self) -> list[dict[str, Any]]:
+        """Every limit with its state, as the API shows it."""
+        return [
+            {**_row(s.limit), "running": s.running, "last_match_at": s.last_match_at} for s in await self._states(None)
+        ]
+
+    async def replace(self, limits: Sequence[Limit]) -> None:
+        """Put this set in place of all limits; match times of limits kept stay."""
+        await self.conn.execute(delete(site_limits))
+        if limits:
+            await self.conn.execute(insert(site_limits), [_row(lim) for lim in limits])
+
+    async def create_missing(self, limits: Sequence[Limit]) -> None:
+        """Insert the limits the database lacks; those it holds keep their (API-edited) values."""
+        await self.conn.execute(
+            self.insert_ignoring_conflicts(site_limits, "site", "attribute", "value"), [_row(lim) for lim in limits]
+        )
+
+    async def admit(self, limits: SiteLimits, site: str, job: Any, now: datetime) -> list[dict[str, Any]]:
+        """Check a just-claimed job against the site's limits, inside the claim's transaction.
+
+        Returns the limits it breaks (empty: admitted). The claim itself already
+        counts as running here; a matching delay is taken by moving its last match
+        time forward, which only succeeds when the delay has passed.
+        """
+        job_types = (job.requirements or {}).get("job_types") or []
+        applicable = limits.applicable(job.owner, job.owner_group, job_types)
+        if not applicable:
+            return []
+        await self._lock_site(site)
+        broken: list[dict[str, Any]] = []
+        running = await self.running_counts(site, [lim for lim in applicable if lim.running_limit is not None])
+        for lim in applicable:
+            where = {"site": site, "attribute": lim.attribute.value, "value": lim.value}
+            count = running.get((lim.attribute, lim.value), 0)
+            if lim.running_limit is not None and count > lim.running_limit:
+                broken.append(
+                    {"rule": Rule.running_limit.value, **where, "limit": lim.running_limit, "running": count - 1}
+                )
+            if lim.matching_delay is not None and not broken and not await self._take_delay(lim, now):
+                broken.append({"rule": Rule.matching_delay.value, **where, "delay_seconds": lim.matching_delay})
+        return broken
+
+    async def _lock_site(self, site: str) -> None:
+        """Serialise admissions at one site (SQLite: the write lock already does)."""
+
+    async def _take_delay(self, limit: Limit, now: datetime) -> bool:
+        """Record a match of the limited value unless the last one is closer than the delay."""
+        m = site_limit_matches
+        statement = (
+            self.insert_module.insert(m)
+            .values(site=limit.site, attribute=limit.attribute.value, value=limit.value, last_match_at=now)
+            .on_conflict_do_update(
+                index_elements=["site", "attribute", "value"],
+                set_={"last_match_at": now},
+                where=m.c.last_match_at <= now - timedelta(seconds=limit.matching_delay or 0),
+            )
+            .returning(m.c.site)
+        )
+        return (await self.conn.execute(statement)).first() is not None
+
+
+class PostgresLimitDB(PostgresStatements, LimitDB, dialect="postgresql"):
+    job_type_counts = _JOB_TYPE_COUNTS_PG
+
+    async def _lock_site(self, site: str) -> None:
+        await self.conn.execute(_LOCK_SITE, {"namespace": SITE_LOCK_NAMESPACE, "site": site})
+
+
+class SQLiteLimitDB(SQLiteStatements, LimitDB, dialect="sqlite"):
+    job_type_counts = _JOB_TYPE_COUNTS_SQLITE

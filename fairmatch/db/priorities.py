@@ -1,0 +1,301 @@
+"""Priority SQL: groups, the running-job history, what the priority loop reads and writes,
+its runs, and the counts the database gauges show."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, delete, exists, func, insert, select, update
+
+from fairmatch.auth.policy import JobScope
+from fairmatch.clock import as_utc
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
+from fairmatch.db.tables import groups, history_samples, jobs, priority_runs, running_samples, task_queues, tq_jobs
+from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
+from fairmatch.priority.dirac import GroupPolicy
+from fairmatch.priority.history import GROUP_LEVEL, sample_rows
+from fairmatch.priority.rank import RankGroup
+from fairmatch.taskqueues.requirements import load_of
+
+# transaction-scoped advisory locks: one priority loop, one history sampler at a time
+PRIORITY_LOCK = 7_100_001
+SAMPLER_LOCK = 7_100_002
+
+
+def _group(row: Any) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "job_share": row.job_share,
+        "properties": sorted(row.properties),
+        "job_sharing": row.job_sharing,
+        "allow_background_tqs": row.allow_background_tqs,
+        "priority": row.priority,
+        "description": row.description,
+    }
+
+
+class PriorityDB(AreaDB):
+    """Groups, running-job samples, task-queue priorities and the priority runs."""
+
+    # --- groups ------------------------------------------------------------------------------
+
+    async def create_missing_groups(self, rows: list[dict[str, Any]]) -> None:
+        """Insert the groups (rows with `name`) the table lacks; existing ones keep their values."""
+        await self.conn.execute(self.insert_ignoring_conflicts(groups, "name"), rows)
+
+    async def all_groups(self, visible: frozenset[str] | None = None) -> list[dict[str, Any]]:
+        """All groups by name; `visible` (when not None) restricts them to those names."""
+        query = select(groups).order_by(groups.c.name)
+        if visible is not None:
+            query = query.where(groups.c.name.in_(sorted(visible)))
+        return [_group(row) for row in (await self.conn.execute(query)).all()]
+
+    async def group(self, name: str) -> dict[str, Any] | None:
+        """One group, or None."""
+        row = (await self.conn.execute(select(groups).where(groups.c.name == name))).first()
+        return None if row is None else _group(row)
+
+    async def put_group(self, name: str, values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create or replace a group: (the stored group, created?)."""
+        # Insert-or-nothing first, then update: on PostgreSQL a concurrent creator
+        # makes the insert wait and do nothing, so two PUTs of a new group never
+        # collide; on SQLite BEGIN IMMEDIATE serialises them.
+        insert_new = self.insert_ignoring_conflicts(groups, "name").values(name=name, **values)
+        created = (await self.conn.execute(insert_new.returning(groups.c.name))).first() is not None
+        if not created:
+            await self.conn.execute(update(groups).where(groups.c.name == name).values(**values))
+        row = (await self.conn.execute(select(groups).where(groups.c.name == name))).one()
+        return _group(row), created
+
+    async def sharing_groups(self) -> frozenset[str]:
+        """Groups with JOB_SHARING (matched by group alone)."""
+        return frozenset(
+            (await self.conn.execute(select(groups.c.name).where(groups.c.job_sharing.is_(True)))).scalars()
+        )
+
+    async def group_policies(self) -> dict[str, GroupPolicy]:
+        """What the dirac policy needs of each group."""
+        rows = await self.conn.execute(
+            select(groups.c.name, groups.c.job_share, groups.c.job_sharing, groups.c.allow_background_tqs)
+        )
+        return {name: GroupPolicy(share, sharing, background) for name, share, sharing, background in rows}
+
+    async def rank_groups(self) -> dict[str, RankGroup]:
+        """What the rank policy needs of each group."""
+        rows = await self.conn.execute(select(groups.c.name, groups.c.job_share, groups.c.priority))
+        return {name: RankGroup(job_share=share, priority=level) for name, share, level in rows}
+
+    async def group_levels(self) -> dict[str, int]:
+        """Each group's priority level."""
+        return dict((await self.conn.execute(select(groups.c.name, groups.c.priority))).all())
+
+    async def group_shares(self) -> dict[str, float]:
+        """Each group's configured share."""
+        return dict((await self.conn.execute(select(groups.c.name, groups.c.job_share))).all())
+
+    # --- running-job history -----------------------------------------------------------------
+
+    async def last_sample_time(self) -> datetime | None:
+        """When the latest sample was taken."""
+        return as_utc((await self.conn.execute(select(func.max(history_samples.c.sampled_at)))).scalar())
+
+    async def take_sample(self, now: datetime) -> None:
+        """Record the jobs Matched or Running now, per group and per (group, owner)."""
+        sample_id = (
+            await self.conn.execute(insert(history_samples).values(sampled_at=now).returning(history_samples.c.id))
+        ).scalar_one()
+        counts = (
+            await self.conn.execute(
+                select(jobs.c.owner_group, jobs.c.owner, func.count())
+                .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
+                .group_by(jobs.c.owner_group, jobs.c.owner)
+            )
+        ).all()
+        rows = sample_rows(sample_id, counts)
+        if rows:
+            await self.conn.execute(insert(running_samples), rows)
+
+    async def prune_samples(self, before: datetime) -> None:
+        """Delete the samples taken before `before` (their counts go with them)."""
+        await self.conn.execute(delete(history_samples).where(history_samples.c.sampled_at < before))
+
+    async def average_running(self, group: str | None, since: datetime) -> dict[str, float]:
+        """Average running jobs since `since`: per group (group=None) or per owner of `group`."""
+        in_span = history_samples.c.sampled_at >= since
+        samples = (await self.conn.execute(select(func.count()).where(in_span))).scalar_one()
+        if samples == 0:
+            return {}
+        if group is None:
+            entity = running_samples.c.owner_group
+            which = running_samples.c.owner == GROUP_LEVEL
+        else:
+            entity = running_samples.c.owner
+            which = (running_samples.c.owner_group == group) & (running_samples.c.owner != GROUP_LEVEL)
+        totals = await self.conn.execute(
+            select(entity, func.sum(running_samples.c.running))
+            .join(history_samples, history_samples.c.id == running_samples.c.sample_id)
+            .where(in_span, which)
+            .group_by(entity)
+        )
+        return {name: float(total) / samples for name, total in totals}
+
+    # --- task-queue priorities ---------------------------------------------------------------
+
+    async def waiting_loads(self, only_groups: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """Every TQ with waiting jobs: keys, current priority and levels, and its jobs per level."""
+        # One pass over the waiting jobs, grouped by (TQ, level): the averages and
+        # sums the policies weigh with, and the level counts matching draws from.
+        # The TQ rows and the oldest jobs are then read by key (a join would have
+        # the planner repeat the pass in every parallel worker).
+        tq = task_queues
+        per_level = select(
+            tq_jobs.c.tq_id,
+            tq_jobs.c.real_priority,
+            func.count(),
+            # ids grow with submission: the lowest is the oldest waiting job
+            func.min(tq_jobs.c.job_id),
+        ).group_by(tq_jobs.c.tq_id, tq_jobs.c.real_priority)
+        if only_groups is not None:
+            # filter before aggregating: the planner cannot push it through the GROUP BY
+            in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
+            per_level = per_level.where(tq_jobs.c.tq_id.in_(in_groups))
+        levels: dict[int, dict[float, int]] = {}
+        oldest: dict[int, int] = {}
+        for tq_id, level, jobs_at_level, first in await self.conn.execute(per_level):
+            levels.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
+            oldest[tq_id] = min(first, oldest.get(tq_id, first))
+        loads = []
+        for part in chunks(sorted(levels)):
+            submitted = dict(
+                (await self.conn.execute(
+                    select(jobs.c.id, jobs.c.submitted_at).where(jobs.c.id.in_([oldest[i] for i in part]))
+                )).all()
+            )  # fmt: skip
+            rows = await self.conn.execute(
+                select(
+                    tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
+                    tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
+                ).where(tq.c.id.in_(part))
+            )  # fmt: skip
+            for row in rows:
+                counts = levels[row.id]
+                loads.append({**row._asdict(), "levels": counts, **load_of(counts),
+                              "submitted_at": submitted[oldest[row.id]]})  # fmt: skip
+        return loads
+
+    async def set_priorities(self, changes: list[dict[str, Any]]) -> None:
+        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order."""
+        await self.conn.execute(
+            update(task_queues)
+            .where(task_queues.c.id == bindparam("tq"))
+            .values(
+                priority=bindparam("priority"),
+                priority_origin=bindparam("origin"),
+                levels=bindparam("levels"),
+                changed_at=self.change_time(),
+            ),
+            changes,
+        )
+
+    async def forget_drained_levels(self) -> int:
+        """Empty the levels of TQs without jobs (claims do not subtract); how many were emptied."""
+        result = await self.conn.execute(
+            update(task_queues)
+            .where(
+                func.json_array_length(task_queues.c.levels) > 0,
+                ~exists().where(tq_jobs.c.tq_id == task_queues.c.id),
+            )
+            .values(levels=[], changed_at=self.change_time())
+        )
+        return result.rowcount
+
+    async def queue_priorities(self, task_queue_id: int | None, scope: JobScope) -> dict[int, Any]:
+        """TQs (one, or all) within the owner scope, by id: keys, priority class, priority, origin."""
+        tq = task_queues
+        stmt = select(tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, tq.c.priority_origin)
+        if task_queue_id is not None:
+            stmt = stmt.where(tq.c.id == task_queue_id)
+        if scope.owner is not None:
+            stmt = stmt.where(tq.c.owner == scope.owner)
+        if scope.owner_groups is not None:
+            stmt = stmt.where(tq.c.owner_group.in_(sorted(scope.owner_groups)))
+        return {row.id: row for row in await self.conn.execute(stmt.order_by(tq.c.id))}
+
+    async def waiting_jobs(self, tq_ids: Iterable[int], limit: int) -> list[Any]:
+        """The tq_jobs rows of these TQs, lowest job ids first."""
+        stmt = select(tq_jobs).where(tq_jobs.c.tq_id.in_(list(tq_ids))).order_by(tq_jobs.c.job_id).limit(limit)
+        return (await self.conn.execute(stmt)).all()
+
+    # --- priority runs -----------------------------------------------------------------------
+
+    async def record_run(self, run: dict[str, Any]) -> int:
+        """Store one run (priority_runs columns); its id."""
+        return (await self.conn.execute(insert(priority_runs).values(**run).returning(priority_runs.c.id))).scalar_one()
+
+    async def prune_runs(self, newest_id: int, keep: int) -> None:
+        """Delete all runs but the `keep` up to `newest_id`."""
+        await self.conn.execute(delete(priority_runs).where(priority_runs.c.id <= newest_id - keep))
+
+    async def last_run_finished(self) -> datetime | None:
+        """When the latest run finished."""
+        return as_utc((await self.conn.execute(select(func.max(priority_runs.c.finished_at)))).scalar())
+
+    async def latest_run(self) -> dict[str, Any] | None:
+        """The latest run: who ran it, when, over how many TQs, and its report."""
+        row = (await self.conn.execute(select(priority_runs).order_by(priority_runs.c.id.desc()).limit(1))).first()
+        if row is None:
+            return None
+        return {
+            "runner": row.runner,
+            "started_at": as_utc(row.started_at),
+            "finished_at": as_utc(row.finished_at),
+            "task_queues": row.task_queues,
+            "report": row.report,
+        }
+
+    async def latest_report(self) -> dict[str, Any] | None:
+        """The latest run's report alone."""
+        return (
+            await self.conn.execute(select(priority_runs.c.report).order_by(priority_runs.c.id.desc()).limit(1))
+        ).scalar()
+
+    # --- what the gauges show ----------------------------------------------------------------
+
+    async def waiting_per_group(self) -> dict[str, int]:
+        """Waiting jobs per owner group."""
+        tq = task_queues
+        return dict(
+            (await self.conn.execute(
+                select(tq.c.owner_group, func.count())
+                .select_from(tq_jobs.join(tq, tq.c.id == tq_jobs.c.tq_id))
+                .group_by(tq.c.owner_group)
+            )).all()
+        )  # fmt: skip
+
+    async def running_per_group(self) -> dict[str, int]:
+        """Jobs holding a slot (Matched or Running) per owner group."""
+        return dict(
+            (await self.conn.execute(
+                select(jobs.c.owner_group, func.count())
+                .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
+                .group_by(jobs.c.owner_group)
+            )).all()
+        )  # fmt: skip
+
+    async def jobs_per_status(self) -> dict[str, int]:
+        """Jobs per status."""
+        return dict((await self.conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status))).all())
+
+    async def task_queue_count(self) -> int:
+        """Task queues, with waiting jobs or not yet swept."""
+        return (await self.conn.execute(select(func.count()).select_from(task_queues))).scalar_one()
+
+
+class PostgresPriorityDB(PostgresStatements, PriorityDB, dialect="postgresql"):
+    pass
+
+
+class SQLitePriorityDB(SQLiteStatements, PriorityDB, dialect="sqlite"):
+    pass

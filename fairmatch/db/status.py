@@ -1,0 +1,91 @@
+"""Overview SQL (GET /status): job counts, match rate, busiest queues, last priority run.
+
+Everything is read from the shared database, never from process memory, so
+every replica answers with the same figures. SQLAlchemy Core only: the same
+statements run on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from fairmatch.clock import as_utc
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.tables import job_events, jobs, priority_runs, task_queues, tq_jobs
+from fairmatch.jobs.lifecycle import JobStatus
+
+# the non-final states: where jobs are now, per group
+ACTIVE = (JobStatus.Waiting, JobStatus.Matched, JobStatus.Running, JobStatus.Stalled)
+MATCH_WINDOWS = (60, 300)  # seconds
+
+
+class StatusDB(AreaDB):
+    """Read-only figures across the tables, for operators."""
+
+    async def jobs_per_group(self) -> list[dict[str, Any]]:
+        """One row per group with active jobs: how many are in each non-final state."""
+        stmt = (
+            select(jobs.c.owner_group, jobs.c.status, func.count())
+            .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+            .group_by(jobs.c.owner_group, jobs.c.status)
+        )
+        counts: dict[str, dict[str, Any]] = {}
+        for group, status, number in (await self.conn.execute(stmt)).all():
+            row = counts.setdefault(group, {"owner_group": group, **{s.lower(): 0 for s in ACTIVE}})
+            row[status.lower()] = int(number)
+        return [counts[name] for name in sorted(counts)]
+
+    async def match_rate(self, now: datetime) -> list[dict[str, Any]]:
+        """Matches (job_events rows with status Matched) in each window ending now."""
+        since = {seconds: now - timedelta(seconds=seconds) for seconds in MATCH_WINDOWS}
+        at = job_events.c.at
+        stmt = select(*(func.coalesce(func.sum(case((at >= start, 1), else_=0)), 0) for start in since.values())).where(
+            job_events.c.status == JobStatus.Matched.value, at >= min(since.values())
+        )
+        numbers = (await self.conn.execute(stmt)).one()
+        return [
+            {"window_seconds": seconds, "matches": int(n), "per_second": int(n) / seconds}
+            for seconds, n in zip(since, numbers, strict=True)
+        ]
+
+    async def top_task_queues(self, limit: int) -> list[dict[str, Any]]:
+        """The task queues with the most waiting jobs, largest first (ties: lower id first)."""
+        waiting = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id).subquery("waiting")
+        tq = task_queues
+        stmt = (
+            select(tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, waiting.c.jobs)
+            .join(waiting, waiting.c.tq_id == tq.c.id)
+            .order_by(waiting.c.jobs.desc(), tq.c.id)
+            .limit(limit)
+        )
+        return [
+            {"task_queue_id": r.id, "owner": r.owner, "owner_group": r.owner_group,
+             "priority_class": r.priority_class, "priority": r.priority, "jobs": int(r.jobs)}
+            for r in (await self.conn.execute(stmt)).all()
+        ]  # fmt: skip
+
+    async def last_priority_run(self) -> dict[str, Any] | None:
+        """The latest run without its report (which can be large)."""
+        pr = priority_runs
+        stmt = select(pr.c.runner, pr.c.started_at, pr.c.finished_at, pr.c.policy, pr.c.task_queues)
+        row = (await self.conn.execute(stmt.order_by(pr.c.id.desc()).limit(1))).first()
+        if row is None:
+            return None
+        return {
+            "runner": row.runner,
+            "policy": row.policy,
+            "started_at": as_utc(row.started_at),
+            "finished_at": as_utc(row.finished_at),
+            "task_queues": row.task_queues,
+        }
+
+
+class PostgresStatusDB(PostgresStatements, StatusDB, dialect="postgresql"):
+    pass
+
+
+class SQLiteStatusDB(SQLiteStatements, StatusDB, dialect="sqlite"):
+    pass

@@ -1,0 +1,321 @@
+"""The schema: DIRAC's TaskQueueDB layout plus the job lifecycle.
+
+A task queue (TQ) groups the waiting jobs whose requirements are identical.
+Its single-valued keys are columns; each multi-valued requirement has a table
+of its own with one row per value, so that matching is a set of indexed
+EXISTS tests. `tq_jobs` holds exactly the jobs that are Waiting.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+NAME = 255  # owners, groups, sites, platforms, tags, ...
+
+ValueList = JSON().with_variant(ARRAY(String(NAME)), "postgresql")
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+task_queues = Table(
+    "task_queues",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("requirements_hash", String(64), nullable=False, unique=True),
+    Column("owner", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    Column("cpu_time", BigInteger, nullable=False),
+    Column("priority_class", Integer, nullable=False),
+    Column("job_class", String(NAME)),
+    Column("priority", Float, nullable=False),
+    # how the priority was made: policy, entity, share, weights, corrections
+    Column("priority_origin", JSON),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    # The value lists again, as arrays on PostgreSQL (JSON lists on SQLite), written
+    # once with the TQ: matching tests them in the row it reads anyway, where the
+    # value tables would cost a probe per field and TQ.
+    *(Column(field, ValueList) for field in MULTI_VALUE_FIELDS),
+    # Waiting jobs per user-priority level, [[real_priority, jobs], ...]: exact after each
+    # priority-loop run, plus the jobs submitted since (claims are not subtracted, so
+    # matching never waits on a counter row). Weights of the level lottery.
+    Column("levels", JSON, nullable=False, default=list),
+    # When priority, levels or membership last changed (the database's clock on
+    # PostgreSQL): each matcher process polls it to keep its copy of this table.
+    Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+
+def _tq_values_table(field: str) -> Table:
+    return Table(
+        f"tq_{field}",
+        metadata,
+        Column(
+            "tq_id",
+            Id,
+            ForeignKey("task_queues.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column("value", String(NAME), primary_key=True),
+        # Matching looks values up from the TQ side; operators ask "which TQs list site X".
+        Index(f"ix_tq_{field}_value", "value"),
+    )
+
+
+tq_values = {field: _tq_values_table(field) for field in MULTI_VALUE_FIELDS}
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("status", String(16), nullable=False),
+    Column("minor_status", String(NAME)),
+    Column("owner", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    # the Slurm account usage is charged to (default: the owner group)
+    Column("account", String(NAME), nullable=False),
+    Column("cpu_time", BigInteger, nullable=False),
+    # The normalised requirements, enough to find the job's TQ again on reschedule.
+    Column("requirements", JSON, nullable=False),
+    Column("user_priority", Integer, nullable=False),
+    Column("priority_class", Integer, nullable=False),
+    Column("job_class", String(NAME)),
+    Column("payload", JSON),
+    # The TQ the job was last queued in; informational once it leaves the queue.
+    Column("task_queue_id", BigInteger),
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("matched_at", DateTime(timezone=True)),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("started_at", DateTime(timezone=True)),
+    Column("heartbeat_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("pilot_reference", String(NAME)),
+    # the authenticated pilot that claimed it: only that pilot may report its status
+    Column("matched_by", String(NAME)),
+    Column("site", String(NAME)),
+    Column("cpu_seconds", Float),
+    Column("wall_seconds", Float),
+    # returns to Waiting the owner did not ask for (a lease that ran out, a stalled job)
+    Column("reschedules", Integer, nullable=False, server_default="0"),
+    Index("ix_jobs_status_id", "status", "id"),
+    Index("ix_jobs_owner_id", "owner", "id"),
+    Index("ix_jobs_owner_group_id", "owner_group", "id"),
+    # the lease sweep looks for Matched jobs whose lease ran out
+    Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+    # site limits count the jobs holding a slot at one site
+    Index("ix_jobs_site_status", "site", "status"),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# The waiting jobs. The index serves both the user-priority level draw
+# (GROUP BY real_priority) and "lowest job ids at that level".
+tq_jobs = Table(
+    "tq_jobs",
+    metadata,
+    Column(
+        "job_id",
+        Id,
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    # No cascade: a TQ is only deleted once empty, and the foreign key makes
+    # a racing delete fail instead of silently dropping a waiting job.
+    Column("tq_id", Id, ForeignKey("task_queues.id"), nullable=False),
+    Column("user_priority", Integer, nullable=False),
+    Column("real_priority", Float, nullable=False),
+    Index("ix_tq_jobs_tq_level_job", "tq_id", "real_priority", "job_id"),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("minor_status", String(NAME)),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("source", String(64), nullable=False),
+    Index("ix_job_events_job_id", "job_id", "id"),
+    # recent matches (the status screen's match rate)
+    Index("ix_job_events_status_at", "status", "at"),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# Idempotent matching: a pilot that retries with the same request_id gets the
+# job its first attempt claimed. Keys are per requester (the token's subject),
+# so one caller's request ids never reach another's jobs.
+match_requests = Table(
+    "match_requests",
+    metadata,
+    Column("requester", String(NAME), primary_key=True),
+    Column("request_id", String(NAME), primary_key=True),
+    Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+groups = Table(
+    "groups",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("job_share", Float, nullable=False),
+    # DIRAC's JOB_SHARING property: the group's jobs are matched by group alone.
+    Column("job_sharing", Boolean, nullable=False),
+    Column("properties", JSON, nullable=False),
+    Column("allow_background_tqs", Boolean, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("description", Text),
+)
+
+# Running-job history for the share corrections: one row per sampling instant,
+# and the number of Matched+Running jobs per group (owner '') and per
+# (group, owner) at that instant. Instants with nothing running still count.
+history_samples = Table(
+    "history_samples",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("sampled_at", DateTime(timezone=True), nullable=False, index=True),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+running_samples = Table(
+    "running_samples",
+    metadata,
+    Column("sample_id", Id, ForeignKey("history_samples.id", ondelete="CASCADE"), primary_key=True),
+    Column("owner_group", String(NAME), primary_key=True),
+    Column("owner", String(NAME), primary_key=True),
+    Column("running", Integer, nullable=False),
+)
+
+# One row per priority-loop run: who ran it, when, and what it decided
+# (entities, shares, corrections) - the source of GET /shares.
+priority_runs = Table(
+    "priority_runs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("runner", String(NAME), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("policy", String(32), nullable=False),
+    Column("task_queues", Integer, nullable=False),
+    Column("report", JSON, nullable=False),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# Grid Engine job classes: a job naming one gets its default priority class and
+# may not exceed its maximum (unless privileged); the access lists say who may use it.
+job_classes = Table(
+    "job_classes",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("default_class", Integer, nullable=False),
+    Column("max_class", Integer, nullable=False),
+    Column("allowed_users", JSON, nullable=False),  # [] = everybody
+    Column("allowed_groups", JSON, nullable=False),  # [] = every group
+    Column("priority", Integer, nullable=False),  # the multifactor "queue" factor
+    Column("description", Text),
+)
+
+# The Slurm association tree as imported from sacctmgr, in its original order
+# so that export gives the same text back. An account row has user ''.
+associations = Table(
+    "associations",
+    metadata,
+    Column("position", Integer, primary_key=True, autoincrement=False),
+    Column("account", String(NAME), nullable=False),
+    Column("user", String(NAME), nullable=False),
+    Column("parent", String(NAME), nullable=False),
+    Column("shares", String(64), nullable=False),  # as written: a number or "parent"
+    UniqueConstraint("account", "user", name="uq_associations_account_user"),
+)
+
+# Decayed usage per association node (user '' for an account), decayed lazily:
+# usage * 2^(-elapsed/half_life) from updated_at, so a changed half-life keeps it.
+usage_totals = Table(
+    "usage_totals",
+    metadata,
+    Column("account", String(NAME), primary_key=True),
+    Column("user", String(NAME), primary_key=True),
+    Column("usage", Float, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("period_start", DateTime(timezone=True), nullable=False),
+)
+
+# Every charge: appended by the report that finishes a job, folded into usage_totals
+# later (folded_at set in the same transaction), read for windowed usage (the rank policy).
+usage_charges = Table(
+    "usage_charges",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("charged_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("vo", String(NAME), nullable=False),
+    Column("owner_group", String(NAME), nullable=False),
+    Column("owner", String(NAME), nullable=False),
+    Column("account", String(NAME), nullable=False),
+    Column("charge", Float, nullable=False),
+    Column("folded_at", DateTime(timezone=True)),  # NULL until added to usage_totals
+    # the fold reads only what waits: an index as small as one interval's charges
+    Index(
+        "ix_usage_charges_pending",
+        "id",
+        postgresql_where=text("folded_at IS NULL"),
+        sqlite_where=text("folded_at IS NULL"),
+    ),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# Site limits (DIRAC Limiter): one row per site × attribute × value.
+site_limits = Table(
+    "site_limits",
+    metadata,
+    Column("site", String(NAME), primary_key=True),
+    Column("attribute", String(16), primary_key=True),  # job_type, owner_group, owner
+    Column("value", String(NAME), primary_key=True),
+    Column("running_limit", Integer),  # at most this many Matched + Running
+    Column("matching_delay", Float),  # at least this many seconds between two matches
+)
+
+# When a limited value was last matched at a site; kept apart from the limits
+# so that replacing the limits does not forget a running delay.
+site_limit_matches = Table(
+    "site_limit_matches",
+    metadata,
+    Column("site", String(NAME), primary_key=True),
+    Column("attribute", String(16), primary_key=True),
+    Column("value", String(NAME), primary_key=True),
+    Column("last_match_at", DateTime(timezone=True), nullable=False),
+)
+
+# Written by the service's background work on its own schedule, never by a request.
+BACKGROUND_TABLES = frozenset({history_samples.name, running_samples.name, priority_runs.name})

@@ -1,0 +1,68 @@
+"""The job state machine (pure logic).
+
+Waiting -> Matched -> Running -> Done | Failed
+Matched -> Waiting          (lease expired, or rescheduled)
+Running -> Stalled -> Waiting | Failed
+Stalled -> Running | Done | Failed   (its pilot reports again)
+any non-final state -> Killed
+Running -> Running is the heartbeat. Everything else is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from fairmatch.clock import as_utc
+from fairmatch.settings import Settings
+
+
+class JobStatus(StrEnum):
+    Waiting = "Waiting"
+    Matched = "Matched"
+    Running = "Running"
+    Stalled = "Stalled"
+    Done = "Done"
+    Failed = "Failed"
+    Killed = "Killed"
+
+
+FINAL = frozenset({JobStatus.Done, JobStatus.Failed, JobStatus.Killed})
+# the jobs that occupy a slot at their site (what site running limits count)
+HOLDING_A_SLOT = frozenset({JobStatus.Matched, JobStatus.Running})
+
+_ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Killed}),
+    JobStatus.Matched: frozenset({JobStatus.Running, JobStatus.Waiting, JobStatus.Killed}),
+    JobStatus.Running: frozenset(
+        {JobStatus.Running, JobStatus.Done, JobStatus.Failed, JobStatus.Stalled, JobStatus.Killed}
+    ),
+    # a stalled job's pilot may report again, as DIRAC's stalled-job agent lets it
+    JobStatus.Stalled: frozenset(
+        {JobStatus.Running, JobStatus.Done, JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}
+    ),
+}
+
+
+def allowed(current: JobStatus, new: JobStatus) -> bool:
+    return new in _ALLOWED.get(current, frozenset())
+
+
+def lease_until(now: datetime, settings: Settings) -> datetime:
+    """When a job matched now loses its match unless its pilot reports."""
+    return now + timedelta(seconds=settings.jobs.matched_lease_seconds)
+
+
+def lease_lapsed(job: Any, by: datetime) -> bool:
+    """Whether the job is Matched with a lease that ran out by `by`."""
+    lease = as_utc(job.lease_expires_at)
+    return job.status == JobStatus.Matched and lease is not None and lease <= by
+
+
+def stalled_out(job: Any, now: datetime, settings: Settings) -> bool:
+    """Whether the job has been Stalled for `jobs.stalled_fail_seconds`: it was marked
+    `stall_timeout_seconds` after its last report, and nothing came since."""
+    silent = timedelta(seconds=settings.jobs.stall_timeout_seconds + settings.jobs.stalled_fail_seconds)
+    last = as_utc(job.heartbeat_at)
+    return job.status == JobStatus.Stalled and last is not None and last <= now - silent

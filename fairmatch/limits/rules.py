@@ -1,0 +1,142 @@
+"""Site limits as pure logic: which attribute values a site may not take now, and why.
+
+A rule names a site, an attribute of the job (`job_type`, `owner_group`,
+`owner`) and one value of it, with a `running_limit` (at most N jobs of that
+value Matched or Running at the site) and/or a `matching_delay` (at least N
+seconds between two matches of that value at the site). A value at its limit
+is banned from the site's matches, the way DIRAC's Limiter adds negative
+conditions to the resource description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from fairmatch.matching.resource import ResourceQuery
+
+
+class Attribute(StrEnum):
+    job_type = "job_type"
+    owner_group = "owner_group"
+    owner = "owner"
+
+
+# DIRAC's CS spells them JobType, OwnerGroup, Owner
+DIRAC_NAMES = {"JobType": Attribute.job_type, "OwnerGroup": Attribute.owner_group, "Owner": Attribute.owner}
+
+
+class Rule(StrEnum):
+    running_limit = "running_limit"
+    matching_delay = "matching_delay"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    site: str
+    attribute: Attribute
+    value: str
+    running_limit: int | None = None
+    matching_delay: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.site, self.attribute.value, self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """A limit with what the database says now."""
+
+    limit: Limit
+    running: int = 0
+    last_match_at: datetime | None = None
+
+    def reasons(self, now: datetime) -> list[dict[str, Any]]:
+        """Why this value may not be matched at the site now (empty: it may)."""
+        found: list[dict[str, Any]] = []
+        lim = self.limit
+        where = {"site": lim.site, "attribute": lim.attribute.value, "value": lim.value}
+        if lim.running_limit is not None and self.running >= lim.running_limit:
+            found.append({"rule": Rule.running_limit.value, **where,
+                          "limit": lim.running_limit, "running": self.running})  # fmt: skip
+        if lim.matching_delay is not None and self.last_match_at is not None:
+            free_at = self.last_match_at + timedelta(seconds=lim.matching_delay)
+            if free_at > now:
+                found.append({"rule": Rule.matching_delay.value, **where,
+                              "delay_seconds": lim.matching_delay, "next_match_at": free_at})  # fmt: skip
+        return found
+
+
+def values_of(attribute: Attribute, owner: str, owner_group: str, job_types: Iterable[str]) -> set[str]:
+    if attribute is Attribute.owner:
+        return {owner}
+    if attribute is Attribute.owner_group:
+        return {owner_group}
+    return set(job_types)
+
+
+@dataclass(frozen=True, slots=True)
+class SiteLimits:
+    """The limits of one site and their state at `now`."""
+
+    states: tuple[LimitState, ...]
+    now: datetime
+
+    def blocked(self) -> dict[tuple[Attribute, str], list[dict[str, Any]]]:
+        """(attribute, value) → the reasons it is banned now."""
+        found: dict[tuple[Attribute, str], list[dict[str, Any]]] = {}
+        for state in self.states:
+            reasons = state.reasons(self.now)
+            if reasons:
+                found.setdefault((state.limit.attribute, state.limit.value), []).extend(reasons)
+        return found
+
+    def restrict(self, query: ResourceQuery) -> ResourceQuery:
+        """The query with every banned value excluded."""
+        return with_banned(query, [reason for reasons in self.blocked().values() for reason in reasons])
+
+    def reasons_for(self, tq: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Why a task queue (as the API shows it) is kept from this site now."""
+        blocked = self.blocked()
+        found: list[dict[str, Any]] = []
+        for attribute in Attribute:
+            for value in sorted(values_of(attribute, tq["owner"], tq["owner_group"], tq["job_types"])):
+                found.extend(blocked.get((attribute, value), []))
+        return found
+
+    def applicable(self, owner: str, owner_group: str, job_types: Iterable[str]) -> list[Limit]:
+        """The limits a job with these values counts against."""
+        job_types = list(job_types)
+        return [
+            s.limit for s in self.states
+            if s.limit.value in values_of(s.limit.attribute, owner, owner_group, job_types)
+        ]  # fmt: skip
+
+
+def with_banned(query: ResourceQuery, reasons: Iterable[Mapping[str, Any]]) -> ResourceQuery:
+    """The query with the (attribute, value) of each reason excluded as well."""
+    banned: dict[Attribute, set[str]] = {a: set() for a in Attribute}
+    for reason in reasons:
+        banned[Attribute(reason["attribute"])].add(reason["value"])
+    return dataclasses.replace(
+        query,
+        banned_job_types=query.banned_job_types | banned[Attribute.job_type],
+        banned_owner_groups=query.banned_owner_groups | banned[Attribute.owner_group],
+        banned_owners=query.banned_owners | banned[Attribute.owner],
+    )
+
+
+def from_settings(configured: Mapping[str, Any]) -> list[Limit]:
+    """Limits from the `[site_limits."<site>".<rule>.<attribute>]` tables of the settings."""
+    merged: dict[tuple[str, Attribute, str], dict[str, Any]] = {}
+    for site, rules in configured.items():
+        for rule in Rule:
+            for attribute, values in getattr(rules, rule.value).items():
+                for value, amount in values.items():
+                    merged.setdefault((site, Attribute(attribute), value), {})[rule.value] = amount
+    return [Limit(site, attribute, value, **amounts) for (site, attribute, value), amounts in sorted(merged.items())]

@@ -1,0 +1,117 @@
+"""The application factory: `uvicorn fairmatch.main:create_app --factory`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import random
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+import fairmatch as package
+from fairmatch.api import associations as associations_api
+from fairmatch.api import (
+    body_limits,
+    health,
+    job_classes,
+    jobs,
+    matching,
+    observe,
+    openapi,
+    priorities,
+    problems,
+    site_limits,
+)
+from fairmatch.api import groups as groups_api
+from fairmatch.api import status as status_api
+from fairmatch.api.deps import MatchingContext
+from fairmatch.auth.tokens import TokenVerifier
+from fairmatch.db.engine import RequestConnections, create_engine
+from fairmatch.services import background
+from fairmatch.services.gauges import DatabaseGauges
+from fairmatch.services.keeper import Keeper
+from fairmatch.services.priorities import configured_corrections
+from fairmatch.services.startup import prepare_database
+from fairmatch.settings import AuthMode, Settings, get_settings
+
+API_PREFIX = "/api/v1"
+# connections beyond database.pool_size for the process's background work (the task-queue
+# poll, watchdogs, the priority loop), which never waits behind requests
+BACKGROUND_CONNECTIONS = 4
+
+log = logging.getLogger("fairmatch")
+
+
+def _settle_garbage_collection() -> None:
+    """What start-up built lives as long as the process: keep the collector off it
+    (gc.freeze), and collect young objects less often. Each match makes a few
+    thousand short-lived objects; with the default threshold the collector ran
+    every few requests and its pauses showed in the latency tail (bench/README.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    # read the verification key now: a missing key file stops start-up with its name
+    verifier = TokenVerifier(settings.auth) if settings.auth.mode is AuthMode.token else None
+    corrections = configured_corrections(settings.priority)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(
+            settings.database_url,
+            pool_size=settings.database.pool_size + BACKGROUND_CONNECTIONS,
+            prepared_statements=settings.database.prepared_statements,
+        )
+        try:
+            await prepare_database(engine, settings)
+        except BaseException:
+            await engine.dispose()
+            raise
+        app.state.engine = engine
+        app.state.connections = RequestConnections(engine, settings.database.pool_size)
+        app.state.settings = settings
+        app.state.verifier = verifier
+        app.state.corrections = corrections
+        app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
+        keeper = Keeper(settings.matching)
+        app.state.matching = MatchingContext(settings, random.Random(), keeper)
+        _settle_garbage_collection()
+        tasks = background.start(engine, settings, corrections)
+        tasks.append(asyncio.create_task(keeper.run(engine)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await engine.dispose()
+
+    app = FastAPI(
+        title="fairmatch",
+        version=package.__version__,
+        summary="Fair-share job matcher: SQL task queues, DIRAC matching rules.",
+        lifespan=lifespan,
+        # the service exports its own Prometheus metrics; FastAPI's OpenTelemetry hooks
+        # would only cost a check per request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+    problems.install(app)
+    body_limits.install(app, settings)
+    observe.install(app, settings.server.access_log)
+    openapi.install(app)
+    app.include_router(jobs.router, prefix=API_PREFIX)
+    app.include_router(groups_api.router, prefix=API_PREFIX)
+    app.include_router(associations_api.router, prefix=API_PREFIX)
+    app.include_router(job_classes.router, prefix=API_PREFIX)
+    app.include_router(matching.router, prefix=API_PREFIX)
+    app.include_router(priorities.router, prefix=API_PREFIX)
+    app.include_router(status_api.router, prefix=API_PREFIX)
+    app.include_router(site_limits.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,76 @@
+"""Which task queues a resource may take (DIRAC's rules). Pure logic.
+
+Each condition is the set of TQs that pass it, as a bit set of the catalog's
+positions; the eligible TQs are those with waiting jobs that pass them all.
+This is the only statement of the rules: /match, the dry run and the
+analysis of a refusal all read it.
+"""
+
+from __future__ import annotations
+
+from fairmatch.matching.catalog import Catalog
+from fairmatch.matching.resource import ResourceQuery
+
+# the condition each multi-valued field of the resource puts on a TQ
+FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platform", "job_types": "job_type"}
+# every condition `conditions` may name, in the order an analysis lists them
+CONDITION_NAMES = (
+    "cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
+    "owner_group", "owner", "vo", "site_limit",
+)  # fmt: skip
+
+
+def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
+    """(condition, TQs that pass it) for every condition the resource puts."""
+    found = [("cpu_time", catalog.cpu_at_most(q.cpu_time))]
+    for field, values in q.values.items():
+        if values is not None:
+            # a TQ without values for the field accepts anything; else one value must be shared
+            found.append((FIELD_CONDITIONS[field], catalog.without[field] | catalog.with_any(field, values)))
+    if q.site is not None:
+        found.append(("banned_site", catalog.every & ~catalog.with_value("banned_sites", q.site)))
+    if q.tags is not None:
+        found.append(("tags", catalog.tags_within(q.tags)))  # the TQ's tags must all be offered
+    if q.required_tags:
+        carrying = catalog.every
+        for tag in q.required_tags:
+            carrying &= catalog.with_value("tags", tag)
+        found.append(("required_tags", carrying))
+    if q.owner_groups is not None:
+        found.append(("owner_group", catalog.with_any("owner_group", q.owner_groups)))
+    if q.owner is not None:
+        # JOB_SHARING groups are matched by group alone
+        found.append(
+            ("owner", catalog.with_value("owner", q.owner) | catalog.with_any("owner_group", catalog.sharing_groups))
+        )
+    if q.vo is not None:
+        found.append(("vo", catalog.with_value("vo", q.vo)))
+    limited = (
+        catalog.with_any("job_types", q.banned_job_types)
+        | catalog.with_any("owner_group", q.banned_owner_groups)
+        | catalog.with_any("owner", q.banned_owners)
+    )
+    if limited:
+        found.append(("site_limit", catalog.every & ~limited))
+    return found
+
+
+def eligible(catalog: Catalog, q: ResourceQuery) -> int:
+    """The TQs with waiting jobs this resource may take."""
+    passing = catalog.live
+    for _, tqs in conditions(catalog, q):
+        passing &= tqs
+    return passing
+
+
+def analysis(catalog: Catalog, q: ResourceQuery) -> dict:
+    """Why the TQs with waiting jobs are or are not eligible, as HTCondor's -better-analyze
+    counts: per condition, how many of them fail it (a TQ failing several counts under each)."""
+    considered = catalog.live
+    rejected_by = dict.fromkeys(CONDITION_NAMES, 0)
+    passing = considered
+    for name, tqs in conditions(catalog, q):
+        rejected_by[name] += (considered & ~tqs).bit_count()
+        passing &= tqs
+    return {"task_queues_considered": considered.bit_count(), "eligible": passing.bit_count(),
+            "rejected_by": rejected_by}  # fmt: skip

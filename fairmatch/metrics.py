@@ -1,0 +1,71 @@
+"""Prometheus metrics of the service process.
+
+Counters and histograms live here, one set per process. `fairmatch serve`
+points `PROMETHEUS_MULTIPROC_DIR` at a directory it wipes at start, before
+any worker imports prometheus-client (`fairmatch.metrics_dir`), so that every worker
+writes its values there and whichever worker answers a scrape reports the sum
+over all of them.
+Gauges read from the database are not here: see `fairmatch.services.gauges`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from fairmatch.metrics_dir import multiprocess_directory
+
+# sub-millisecond to a second: the /match target is a few milliseconds
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+RECOMPUTE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+MATCH_REQUESTS = Counter(
+    "fairmatch_match_requests",
+    "POST /match answers by result: matched (200), no_match (204), replayed "
+    "(a request_id seen before), error (failed, e.g. database outage).",
+    ["result"],
+)
+MATCH_DURATION = Histogram("fairmatch_match_duration_seconds", "Time to answer POST /match.", buckets=LATENCY_BUCKETS)
+CLAIM_CONFLICTS = Counter(
+    "fairmatch_claim_conflicts",
+    "Claims that found their job taken by another matcher (or the queue empty) and tried again.",
+)
+SITE_LIMIT_EXCLUSIONS = Counter(
+    "fairmatch_site_limit_exclusions",
+    "Task queues kept from a match by a site limit, by rule (running_limit, matching_delay).",
+    ["rule"],
+)
+SUBMITTED_JOBS = Counter("fairmatch_submitted_jobs", "Jobs accepted by POST /jobs.")
+RECOMPUTE_DURATION = Histogram(
+    "fairmatch_priority_recompute_seconds",
+    "Duration of a priority-loop run that recomputed every task queue.",
+    buckets=RECOMPUTE_BUCKETS,
+)
+HTTP_REQUESTS = Counter(
+    "fairmatch_http_requests",
+    "HTTP requests by method, route template and status code.",
+    ["method", "route", "status"],
+)
+HTTP_DURATION = Histogram(
+    "fairmatch_http_request_duration_seconds",
+    "HTTP request duration by method and route template.",
+    ["method", "route"],
+    buckets=LATENCY_BUCKETS,
+)
+
+
+def process_metrics() -> bytes:
+    """The counters and histograms in Prometheus text format, summed over workers."""
+    if multiprocess_directory() is None:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)

@@ -1,0 +1,443 @@
+"""Fair share over an association tree (pure logic): Slurm's classic formula and Fair Tree.
+
+The tree is plain data, `{node: (parent, shares)}`, a node being (account,
+user) with user '' for an account. `parent` is None at the top; `shares`
+None stands for sacctmgr's `FairShare=parent`. Usage is the decayed usage
+per node, each node holding its whole subtree's usage (charges go to every
+ancestor, see fairmatch.accounting.usage).
+
+Shares (both algorithms): a node's normalised share is the product, along
+its path from the root, of each node's shares over the shares of its level
+(itself and its siblings). A `parent`-shares node gives way to its children,
+who join its own level; it answers with the values of its nearest ancestor
+that has a number of shares (Slurm's FairShare=parent).
+
+Classic (https://slurm.schedmd.com/classic_fair_share.html, in our words):
+- Normalised usage is the node's usage over the root's.
+- Effective usage starts from the node's own normalised usage and is pulled
+  toward its parent's effective usage by its local share fraction:
+  U_eff = U_norm + (U_eff_parent - U_norm) * shares / level's shares.
+  Directly below the root the effective usage is the normalised usage.
+- The factor is 2^(-U_eff / S_norm): 1.0 for a subtree nobody used, 0.5 at
+  share, below 0.5 when over-served.
+
+Fair Tree (https://slurm.schedmd.com/fair_tree.html, in our words):
+- Each node gets a Level FS = S/U within its level only: S its shares over
+  the level's shares, U its usage over its parent's usage (infinite when it
+  used nothing; 0 with no shares; a `parent`-shares user ranks first).
+- Levels are visited by descending Level FS, depth first; users are ranked
+  in the order they are met, counting down from the number of users, and a
+  user's factor is rank / number of users (the first gets 1.0).
+- Ties: users of a level with equal Level FS share a rank; on equal Level FS
+  a user goes before an account and the account's best user shares its
+  rank; accounts of a level with equal Level FS are descended as one merged
+  list. An account's factor is its best user's (what a newcomer there gets
+  at most).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Node = tuple[str, str]  # (account, user); user '' for an account
+TreeInput = Mapping[Node, tuple[Node | None, float | None]]  # node -> (parent, shares or None = "parent")
+
+IMPLICIT_ROOT: Node = ("", "")  # joins several top-level nodes under one root
+NEUTRAL_FACTOR = 0.5  # an association we know nothing about counts as exactly at share
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRow:
+    """One line of sshare.
+
+    `norm_shares` is the node's share of the whole machine under either
+    algorithm. `effective_usage` is Slurm's U_eff for classic, and for Fair
+    Tree the node's usage over the usage of where it competes (Slurm's sshare
+    shows that column too). `level_fs` is Fair Tree's only.
+    """
+
+    account: str
+    user: str
+    parent: Node | None
+    depth: int
+    raw_shares: float | None  # None: FairShare=parent
+    norm_shares: float
+    raw_usage: float
+    norm_usage: float
+    effective_usage: float
+    level_fs: float | None  # Fair Tree only
+    factor: float | None  # Fair Tree: None for an account without users
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "account": self.account,
+            "user": self.user,
+            "parent": None if self.parent is None else {"account": self.parent[0], "user": self.parent[1]},
+            "depth": self.depth,
+            "raw_shares": "parent" if self.raw_shares is None else self.raw_shares,
+            "norm_shares": self.norm_shares,
+            "raw_usage": self.raw_usage,
+            "norm_usage": self.norm_usage,
+            "effective_usage": self.effective_usage,
+            "level_fs": _json_number(self.level_fs),
+            "fairshare": self.factor,
+        }
+
+
+def _json_number(value: float | None) -> float | str | None:
+    return "inf" if value is not None and math.isinf(value) else value
+
+
+def is_user(node: Node) -> bool:
+    return node[1] != ""
+
+
+# --- the tree ---------------------------------------------------------------------------
+
+
+class _Tree:
+    """Children lists, the root, subtree usage and the fair-share levels of a TreeInput.
+
+    A `parent`-shares node gives way to its children: they compete at the
+    level above it, as if their grandparent were their parent (Slurm's
+    FairShare=parent, and what fairmatch.accounting.associations.Tree computes).
+    """
+
+    def __init__(self, tree: TreeInput, usage: Mapping[Node, float]) -> None:
+        self.shares = {node: shares for node, (_, shares) in tree.items()}
+        tops = [n for n, (parent, _) in tree.items() if parent is None or parent not in tree]
+        self.root = tops[0] if len(tops) == 1 else IMPLICIT_ROOT
+        self.parent: dict[Node, Node | None] = {self.root: None}
+        self.children: dict[Node, list[Node]] = {node: [] for node in tree}
+        self.children.setdefault(self.root, [])
+        for node, (parent, _) in tree.items():  # input order: sacctmgr's order
+            if node == self.root:
+                continue
+            up = parent if parent in tree and parent != node else self.root
+            self.parent[node] = up
+            self.children[up].append(node)
+        self.order = list(self._depth_first(self.root, 0))
+        self.usage = self._subtree_usage(usage)
+        self._levels: dict[Node, list[Node]] = {}
+        self._totals: dict[Node, float] = {}
+
+    def _depth_first(self, node: Node, depth: int) -> Iterable[tuple[Node, int]]:
+        stack = [(node, depth)]
+        seen: set[Node] = set()
+        while stack:
+            current, level = stack.pop()
+            if current in seen:  # a cycle in a hand-made tree: visit once
+                continue
+            seen.add(current)
+            yield current, level
+            stack.extend((child, level + 1) for child in reversed(self.children[current]))
+
+    def _subtree_usage(self, usage: Mapping[Node, float]) -> dict[Node, float]:
+        """A node's usage is at least its children's: a tree imported after some
+        charges may have ancestors behind their descendants."""
+        total: dict[Node, float] = {}
+        for node, _ in reversed(self.order):
+            below = sum(total.get(child, 0.0) for child in self.children[node])
+            total[node] = max(max(usage.get(node, 0.0), 0.0), below)
+        return total
+
+    def uses_parent(self, node: Node) -> bool:
+        return node != self.root and self.shares.get(node, 1.0) is None
+
+    def fair_share_node(self, node: Node) -> Node:
+        """The node whose shares and usage stand for this one: itself, or for
+        `parent` shares its nearest ancestor with a number of shares."""
+        while self.uses_parent(node):
+            node = self.parent[node]
+        return node
+
+    def fair_share_parent(self, node: Node) -> Node | None:
+        """Where the node competes: the fair-share node of its parent."""
+        above = self.parent[node]
+        return None if above is None else self.fair_share_node(above)
+
+    def level(self, above: Node) -> list[Node]:
+        """The nodes that divide `above`'s part: its children, a `parent`-shares account
+        replaced by its own children (a `parent`-shares user stays, with no shares)."""
+        if above not in self._levels:
+            members: list[Node] = []
+            pending = list(reversed(self.children[above]))
+            while pending:
+                child = pending.pop()
+                if self.uses_parent(child) and not is_user(child):
+                    pending.extend(reversed(self.children[child]))
+                else:
+                    members.append(child)
+            self._levels[above] = members
+        return self._levels[above]
+
+    def local_share(self, node: Node) -> float:
+        """shares / shares of its level (itself included)."""
+        above = self.fair_share_parent(node)
+        if above is None:
+            return 1.0
+        total = self._level_total(above)
+        return (self.shares.get(node) or 0.0) / total if total > 0 else 0.0
+
+    def _level_total(self, above: Node) -> float:
+        # cached: a flat account of thousands of users would otherwise cost n^2
+        if above not in self._totals:
+            self._totals[above] = sum(self.shares.get(member) or 0.0 for member in self.level(above))
+        return self._totals[above]
+
+    def local_usage(self, node: Node) -> float:
+        """usage / usage of where it competes (Fair Tree's U)."""
+        above = self.fair_share_parent(node)
+        whole = self.usage[above] if above is not None else self.usage[node]
+        return self.usage[node] / whole if whole > 0 else 0.0
+
+    def normalised_shares(self) -> dict[Node, float]:
+        """Each node's share of the whole machine: the product of local shares down its path."""
+        norm: dict[Node, float] = {}
+        for node, _ in self.order:  # ancestors first
+            if node == self.root:
+                norm[node] = 1.0
+            elif self.uses_parent(node):
+                norm[node] = norm[self.fair_share_node(node)]
+            else:
+                norm[node] = norm[self.fair_share_parent(node)] * self.local_share(node)
+        return norm
+
+    def norm_usage(self, node: Node) -> float:
+        total = self.usage[self.root]
+        return self.usage[node] / total if total > 0 else 0.0
+
+    def users(self) -> list[Node]:
+        return [node for node, _ in self.order if is_user(node)]
+
+
+# --- classic ----------------------------------------------------------------------------
+
+
+def classic_factor(effective_usage: float, norm_shares: float) -> float:
+    """2^(-U_eff/S): 1.0 unused, 0.5 at share; no shares means the lowest factor."""
+    if norm_shares <= 0:
+        return 0.0
+    return 2.0 ** (-effective_usage / norm_shares)
+
+
+def _effective_usage(t: _Tree) -> dict[Node, float]:
+    effective: dict[Node, float] = {}
+    for node, _ in t.order:  # a node's fair-share parent is an ancestor: already done
+        own = t.norm_usage(node)
+        above = t.fair_share_parent(node)
+        if t.uses_parent(node):
+            effective[node] = effective[t.fair_share_node(node)]
+        elif above is None or above == t.root:
+            effective[node] = own  # the root and the level just below it: their own usage
+        else:
+            effective[node] = own + (effective[above] - own) * t.local_share(node)
+    return effective
+
+
+def classic(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
+    t = _Tree(tree, usage)
+    norm = t.normalised_shares()
+    effective = _effective_usage(t)
+    rows = {
+        node: _row(t, node, depth, norm[node], effective[node], None, classic_factor(effective[node], norm[node]))
+        for node, depth in t.order
+    }
+    return _without_implicit_root(rows)
+
+
+# --- Fair Tree --------------------------------------------------------------------------
+
+
+def level_fs(tree: _Tree, node: Node) -> float:
+    if tree.uses_parent(node):
+        return math.inf  # a `parent`-shares user ranks first in its account
+    share = tree.local_share(node)
+    if share <= 0:
+        return 0.0
+    used = tree.local_usage(node)
+    return share / used if used > 0 else math.inf
+
+
+class _Ranking:
+    """Counts users down as the depth-first walk meets them."""
+
+    def __init__(self, users: int) -> None:
+        self.users = users
+        self.next_rank = users  # what the next user gets when not tied
+        self.rank = users
+        self.factor: dict[Node, float] = {}
+
+    def place(self, user: Node, tied: bool) -> None:
+        if not tied:
+            self.rank = self.next_rank
+        self.factor[user] = self.rank / self.users
+        self.next_rank -= 1
+
+
+def _rank(t: _Tree, lfs: dict[Node, float], siblings: list[Node], starts_tied: bool, ranking: _Ranking) -> None:
+    # highest Level FS first; on a tie users before accounts; then a stable, readable order
+    ordered = sorted(siblings, key=lambda n: (-lfs[n], not is_user(n), n))
+    previous: float | None = None
+    i = 0
+    while i < len(ordered):
+        node = ordered[i]
+        tied = starts_tied if i == 0 else lfs[node] == previous
+        if is_user(node):
+            ranking.place(node, tied)
+            i += 1
+        else:
+            merged = [node]
+            while i + len(merged) < len(ordered):
+                candidate = ordered[i + len(merged)]
+                if is_user(candidate) or lfs[candidate] != lfs[node]:
+                    break
+                merged.append(candidate)
+            children = [child for account in merged for child in t.level(account)]
+            _rank(t, lfs, children, tied, ranking)
+            i += len(merged)
+        previous = lfs[node]
+
+
+def _best_user_factor(t: _Tree, factors: dict[Node, float]) -> dict[Node, float | None]:
+    best: dict[Node, float | None] = {}
+    for node, _ in reversed(t.order):
+        if is_user(node):
+            best[node] = factors.get(node)
+            continue
+        found = [best[c] for c in t.children[node] if best.get(c) is not None]
+        best[node] = max(found) if found else None
+    return best
+
+
+def _ranked(t: _Tree, node: Node) -> bool:
+    """Whether a node has a Level FS: not the root, nor an account that gave way to its children."""
+    return node != t.root and (is_user(node) or not t.uses_parent(node))
+
+
+def fair_tree(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
+    t = _Tree(tree, usage)
+    lfs = {node: level_fs(t, node) for node, _ in t.order if _ranked(t, node)}
+    ranking = _Ranking(len(t.users()))
+    _rank(t, lfs, t.level(t.root), False, ranking)
+    factors = _best_user_factor(t, ranking.factor)
+    norm = t.normalised_shares()
+    rows = {
+        node: _row(t, node, depth, norm[node], t.local_usage(node), lfs.get(node), factors.get(node))
+        for node, depth in t.order
+    }
+    return _without_implicit_root(rows)
+
+
+# --- shared ------------------------------------------------------------------------------
+
+
+def _row(
+    t: _Tree,
+    node: Node,
+    depth: int,
+    norm_shares: float,
+    effective_usage: float,
+    level: float | None,
+    factor: float | None,
+) -> ShareRow:
+    return ShareRow(
+        account=node[0],
+        user=node[1],
+        parent=t.parent[node],
+        depth=depth,
+        raw_shares=t.shares.get(node, 1.0),
+        norm_shares=norm_shares,
+        raw_usage=t.usage[node],
+        norm_usage=t.norm_usage(node),
+        effective_usage=effective_usage,
+        level_fs=level,
+        factor=factor,
+    )
+
+
+def _without_implicit_root(rows: dict[Node, ShareRow]) -> dict[Node, ShareRow]:
+    return {node: row for node, row in rows.items() if node != IMPLICIT_ROOT}
+
+
+def compute(
+    tree: TreeInput, usage: Mapping[Node, float], algorithm: Literal["classic", "fair_tree"] = "classic"
+) -> dict[Node, ShareRow]:
+    """Every node's sshare row, in depth-first tree order."""
+    if not tree:
+        return {}
+    return fair_tree(tree, usage) if algorithm == "fair_tree" else classic(tree, usage)
+
+
+def factor_of(rows: Mapping[Node, ShareRow], account: str, user: str, default: float = NEUTRAL_FACTOR) -> float:
+    """The fair-share factor of (account, user): the user's association, else its
+    account's, else `default` (exactly at share: neither favoured nor held back)."""
+    for node in ((account, user), (account, "")):
+        row = rows.get(node)
+        if row is not None and row.factor is not None:
+            return row.factor
+    return default
+
+
+# --- building the tree input -------------------------------------------------------------
+
+
+def parse_shares(text: str | float) -> float | None:
+    """sacctmgr's shares column: a number, or `parent`."""
+    if isinstance(text, str) and text.strip().lower() == "parent":
+        return None
+    value = float(text)
+    if value < 0 or math.isnan(value) or math.isinf(value):
+        raise ValueError(f"shares must be a non-negative number or 'parent', got {text!r}")
+    return value
+
+
+def tree_from_associations(
+    rows: Iterable[tuple[str, str, str, str | float]],
+) -> dict[Node, tuple[Node | None, float | None]]:
+    """The tree from (account, user, parent, shares) rows, as in the `associations` table.
+
+    A user's parent is its account; an account's is the account its `parent`
+    names (none at the root). An account named as a parent without a row of
+    its own is added with one share, so no subtree is cut off.
+    """
+    tree: dict[Node, tuple[Node | None, float | None]] = {}
+    for account, user, parent, shares in rows:
+        if user:
+            tree[(account, user)] = ((account, ""), parse_shares(shares))
+        else:
+            tree[(account, "")] = ((parent, "") if parent else None, parse_shares(shares))
+    for _node, (parent, _) in list(tree.items()):
+        if parent is not None and parent not in tree:
+            tree[parent] = (None, 1.0)
+    return tree
+
+
+def from_tree(tree: Any) -> dict[Node, tuple[Node | None, float | None]]:
+    """The plain input from an fairmatch.accounting.associations.Tree (anything with `nodes`,
+    `parent(node)` and `association(node).raw_shares`), in the dump's order."""
+    plain: dict[Node, tuple[Node | None, float | None]] = {}
+    for node in tree.nodes:
+        parent = tree.parent(node)
+        shares = tree.association(node).raw_shares
+        plain[(node[0], node[1])] = (
+            None if parent is None else (parent[0], parent[1]),
+            None if shares is None else float(shares),
+        )
+    return plain
+
+
+def implicit_tree(
+    group_shares: Mapping[str, float], members: Iterable[tuple[str, str]]
+) -> dict[Node, tuple[Node | None, float | None]]:
+    """A tree for sites that imported none: root -> each group (its job_share) -> its users (1 share each)."""
+    tree: dict[Node, tuple[Node | None, float | None]] = {("root", ""): (None, 1.0)}
+    for group, share in sorted(group_shares.items()):
+        tree[(group, "")] = (("root", ""), float(share))
+    for group, owner in sorted(set(members)):
+        tree.setdefault((group, ""), (("root", ""), 1000.0))  # DIRAC's default job share
+        tree[(group, owner)] = ((group, ""), 1.0)
+    return tree

@@ -1,0 +1,78 @@
+"""Groups: configured in TOML, persisted in the database, edited over the API.
+
+The `job_sharing` column is what matching reads; it is derived here, from
+"JOB_SHARING" in the properties, on every write, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+
+from fairmatch.fields import Int, Name
+
+# The only property with an effect; others (DIRAC's NormalUser, ...) are kept as given.
+JOB_SHARING = "JOB_SHARING"
+
+DEFAULT_JOB_SHARE = 1000.0
+MAX_JOB_SHARE = 1e12
+MAX_PROPERTIES = 100
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+MAX_DESCRIPTION = 1000
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _plain_text(value: str) -> str:
+    # one line of text: newlines and other control characters would garble listings
+    if _CONTROL.search(value):
+        raise ValueError("control characters are not allowed")
+    return value
+
+
+Description = Annotated[str, Field(max_length=MAX_DESCRIPTION), AfterValidator(_plain_text)]
+
+
+class GroupUpdate(BaseModel):
+    """A group's full definition (PUT replaces it; an omitted field takes its default).
+
+    `properties` may name anything (DIRAC groups carry NormalUser, GenericPilot, ...):
+    names are kept, de-duplicated and sorted, but only JOB_SHARING has an effect —
+    the group's jobs are then matched by group alone, whoever the pilot's Owner is.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_share: Annotated[float, Strict()] = Field(
+        DEFAULT_JOB_SHARE, ge=0, le=MAX_JOB_SHARE, allow_inf_nan=False,
+        description="The group's share (DIRAC JobShare).",
+    )  # fmt: skip
+    properties: list[Name] = Field(default_factory=list, max_length=MAX_PROPERTIES, description='e.g. ["JOB_SHARING"].')
+    allow_background_tqs: Annotated[bool, Strict()] = Field(
+        False,
+        description="A queue of background jobs (average real priority <= 0.1) gets the minimum priority.",
+    )
+    priority: Int = Field(0, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="The group's priority level.")
+    description: Description | None = None
+
+
+def stored_values(
+    job_share: float,
+    properties: Iterable[str],
+    allow_background_tqs: bool,
+    priority: int,
+    description: str | None = None,
+) -> dict[str, Any]:
+    """A group's columns but its name: the one place job_sharing is derived from the properties."""
+    properties = sorted(set(properties))
+    return {
+        "job_share": job_share,
+        "job_sharing": JOB_SHARING in properties,
+        "properties": properties,
+        "allow_background_tqs": allow_background_tqs,
+        "priority": priority,
+        "description": description,
+    }

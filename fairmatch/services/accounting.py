@@ -1,0 +1,104 @@
+"""Accounting: charging finished jobs, reading usage, the association tree of the API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.accounting.associations import Association
+from fairmatch.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, fold
+from fairmatch.clock import utcnow
+from fairmatch.db.accounting import AccountingDB
+from fairmatch.db.engine import read_transaction
+from fairmatch.settings import AccountingSettings, Settings
+
+
+def _accounting(settings: Settings | AccountingSettings) -> AccountingSettings:
+    return settings if isinstance(settings, AccountingSettings) else settings.accounting
+
+
+def _job_field(job_row: Any, name: str) -> Any:
+    return job_row.get(name) if isinstance(job_row, dict) else getattr(job_row, name, None)
+
+
+async def charge(conn: AsyncConnection, job_row: Any, now: datetime, settings: Settings | AccountingSettings) -> float:
+    """Log a finished job's charge; returns it.
+
+    Call inside the transaction that made the job Done or Failed, so the
+    charge commits (or rolls back) with the transition: a job is charged
+    exactly once. Only a row is appended: the totals are folded from the log
+    later (`fold_charges`). A job without `cpu_seconds`, or in another
+    state, charges nothing.
+    """
+    accounting = _accounting(settings)
+    cpu_seconds = _job_field(job_row, "cpu_seconds")
+    if _job_field(job_row, "status") not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
+        return 0.0
+    amount = charge_of(cpu_seconds, accounting)
+    group = _job_field(job_row, "owner_group")
+    await AccountingDB.of(conn).log_charge({
+        "charged_at": now, "job_id": _job_field(job_row, "id"), "vo": _job_field(job_row, "vo"),
+        "owner_group": group, "owner": _job_field(job_row, "owner"),
+        "account": _job_field(job_row, "account") or group, "charge": amount,
+    })  # fmt: skip
+    return amount
+
+
+async def fold_charges(conn: AsyncConnection, settings: Settings | AccountingSettings, *, wait: bool) -> int | None:
+    """Fold the charges logged since the last fold into the usage totals, in one transaction.
+
+    One writer at a time: without `wait`, None when another process is
+    folding (it takes what is there). Returns how many charges were folded.
+    """
+    async with conn.begin():
+        return await _fold(AccountingDB.of(conn), _accounting(settings), wait=wait)
+
+
+async def _fold(db: AccountingDB, accounting: AccountingSettings, *, wait: bool) -> int | None:
+    if not await db.lock_totals(wait):
+        return None
+    pending = await db.take_pending(utcnow())
+    if pending:
+        totals = await db.totals()
+        changed = fold(totals, pending, await db.account_parents(), accounting)
+        await db.write_totals({node: totals[node] for node in changed})
+    return len(pending)
+
+
+async def read_usage(
+    conn: AsyncConnection, now: datetime, settings: Settings | AccountingSettings
+) -> dict[Node, float]:
+    """Every node's folded usage as of `now`: {(account, user): usage}, user '' for accounts.
+    Inside the caller's transaction."""
+    return current_usage(await AccountingDB.of(conn).totals(), now, _accounting(settings))
+
+
+async def prune_charges(conn: AsyncConnection, before: datetime) -> int:
+    """Forget folded charges older than any window that reads them (totals keep their decayed sums)."""
+    async with conn.begin():
+        return await AccountingDB.of(conn).prune_charges(before)
+
+
+async def replace_associations(
+    conn: AsyncConnection, rows: Sequence[Association], settings: Settings | AccountingSettings
+) -> int:
+    """Make `rows` (already validated) the whole tree, in one transaction; returns their number.
+
+    Readers see the old tree or the new one, never a mix; concurrent
+    replacements are serialised. Charges logged before are folded first,
+    up the tree they were made under.
+    """
+    async with conn.begin():
+        db = AccountingDB.of(conn)
+        await _fold(db, _accounting(settings), wait=True)
+        return await db.replace_associations(rows)
+
+
+async def load_associations(conn: AsyncConnection) -> list[Association]:
+    """The stored rows in the dump's order (reading them back in `position` order
+    gives the imported text back byte for byte)."""
+    async with read_transaction(conn):
+        return await AccountingDB.of(conn).associations()

@@ -1,0 +1,88 @@
+"""Periodic work inside the service process.
+
+Watchdogs (empty queues, expired leases, stalled jobs) run in every replica:
+each step is a conditional change under a row lock, so doing it twice is
+harmless. The priority loop and the history sampler run in one process at a
+time (advisory locks) and skip when another process just did them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from fairmatch.clock import utcnow
+from fairmatch.services import accounting, history, taskqueues, watchdogs
+from fairmatch.services import priorities as priority_service
+from fairmatch.settings import CorrectionsConfig, Settings
+
+log = logging.getLogger("fairmatch.background")
+
+Step = Callable[[AsyncConnection], Awaitable[int | bool | None]]
+
+
+def runner_name() -> str:
+    """Who ran a priority loop: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, first_delay: float | None = None) -> None:
+    """`step` at a fixed rate: each starts `seconds` after the previous one started (at once
+    when a step took longer), so a bound such as usage's lag is one interval."""
+    await asyncio.sleep(seconds if first_delay is None else first_delay)
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        try:
+            async with engine.connect() as conn:
+                done = await step(conn)
+            if done:
+                log.info("%s: %s", name, done)
+        except DBAPIError as exc:  # outages, deadlock victims: the next round tries again
+            log.warning("%s failed: %s", name, type(exc.orig or exc).__name__)
+        except Exception:  # anything else is a bug worth its traceback; keep going anyway
+            log.exception("%s failed", name)
+        await asyncio.sleep(max(0.0, started + seconds - loop.time()))
+
+
+async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
+    now = utcnow()
+    return (
+        await watchdogs.expire_leases(conn, now, settings)
+        + await watchdogs.mark_stalled(conn, now, settings)
+        + await watchdogs.settle_stalled(conn, now, settings)
+    )
+
+
+def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
+    runner = runner_name()
+    keep = corrections.longest_time_span()
+    p = settings.priority
+
+    async def recompute(conn: AsyncConnection) -> int | None:
+        run = await priority_service.recompute(conn, settings, corrections, runner=runner, scheduled=True)
+        return None if run is None else run["changed"]
+
+    async def sample(conn: AsyncConnection) -> bool:
+        now = utcnow()
+        took = await history.sample(conn, now, p.sample_seconds, keep_seconds=max(keep, 3600))
+        if took:  # the charge log only serves the rank policy's window
+            await accounting.prune_charges(conn, now - timedelta(days=p.rank.window_days))
+        return took
+
+    return [
+        asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
+                                   "empty task queues deleted", taskqueues.delete_all_empty)),
+        asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
+                                   "jobs returned to Waiting, stalled or failed", lambda c: watch_jobs(c, settings))),
+        asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),
+        asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
+                                   first_delay=min(1.0, p.interval_seconds))),
+    ]  # fmt: skip

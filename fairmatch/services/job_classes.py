@@ -1,0 +1,40 @@
+"""Job classes as the API reads and replaces them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.job_classes import JobClassDB
+from fairmatch.errors import NotFound
+from fairmatch.jobs.classes import JobClass, JobClassSpec
+
+
+async def list_classes(conn: AsyncConnection) -> list[JobClass]:
+    async with read_transaction(conn):
+        return await JobClassDB.of(conn).all()
+
+
+async def get_class(conn: AsyncConnection, name: str) -> JobClass:
+    async with read_transaction(conn):
+        job_class = await JobClassDB.of(conn).get(name)
+    if job_class is None:
+        raise NotFound(f"job class {name!r} does not exist")
+    return job_class
+
+
+async def load_named(conn: AsyncConnection, names: Iterable[str | None]) -> dict[str, JobClass]:
+    """The existing classes among `names` (None ignored), by name; missing ones are simply absent."""
+    wanted = {n for n in names if n is not None}
+    if not wanted:
+        return {}
+    async with read_transaction(conn):
+        return await JobClassDB.of(conn).named(wanted)
+
+
+async def put_class(conn: AsyncConnection, name: str, spec: JobClassSpec) -> tuple[JobClass, bool]:
+    """Create or replace a class in one transaction; returns (the stored class, created?)."""
+    async with conn.begin():
+        return await JobClassDB.of(conn).put(name, spec)

@@ -1,0 +1,117 @@
+"""Keeps this process's catalog of task queues current.
+
+- Every `matching.refresh_seconds` it reads the TQ rows whose `changed_at`
+  is later than its last read, less `matching.refresh_margin_seconds` (a
+  transaction that wrote a row before the last read may commit after it),
+  plus the JOB_SHARING groups and the sites with limits.
+- Every `matching.reload_seconds` it reads the ids of all TQs, and TQs that
+  other processes deleted leave the copy (when they have come to outnumber
+  the TQs left, the copy is built anew from the whole table).
+- Before a match, it catches up at once if this process changed task queues,
+  groups or limits itself since its last read; and before answering that
+  nothing is eligible, if its last read is older than `matching.refresh_seconds`
+  or a TQ changed after the latest change it holds.
+
+So a TQ created by another process is matchable at once by a pilot that
+would otherwise get nothing, and within refresh_seconds plus one read
+(0.25 s by default) by every pilot; one created by this process at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.limits import LimitDB
+from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.matching.catalog import Catalog
+from fairmatch.settings import MatchingSettings
+from fairmatch.taskqueues import changes
+
+log = logging.getLogger("fairmatch.matching")
+
+
+# rows applied between two yields to the event loop: a refresh after a priority run
+# touches every TQ, and requests must not wait for all of them
+CHUNK = 500
+
+
+class Keeper:
+    def __init__(self, settings: MatchingSettings) -> None:
+        self.settings = settings
+        self.catalog = Catalog()
+        self._read_until = None  # the database's time of the last read
+        self._read_at = -float("inf")  # time.monotonic() of the last read
+        self._swept_at = time.monotonic()
+        self._generation = -1
+        self._lock = asyncio.Lock()
+
+    def stale(self) -> bool:
+        return time.monotonic() - self._read_at > self.settings.refresh_seconds
+
+    async def current(self, conn: AsyncConnection) -> Catalog:
+        """The catalog, first brought up to date if this process changed what it mirrors."""
+        if changes.generation() != self._generation:
+            await self.refresh(conn, unless_current=True)
+        return self.catalog
+
+    async def behind(self, conn: AsyncConnection) -> bool:
+        """Whether a TQ changed after the latest change this copy holds (one index probe)."""
+        async with read_transaction(conn):
+            latest = await TaskQueueDB.of(conn).latest_change()
+        known = self.catalog.latest_change
+        return latest is not None and (known is None or latest > known)
+
+    async def refresh(self, conn: AsyncConnection, *, unless_current: bool = False, sweep: bool = False) -> None:
+        """Read what changed; with `sweep` (or once per reload_seconds) also drop the TQs
+        other processes deleted, which an exact count of the queues needs."""
+        async with self._lock:
+            generation = changes.generation()
+            if unless_current and generation == self._generation:
+                return  # another request caught up while this one waited
+            sweep = sweep or time.monotonic() - self._swept_at > self.settings.reload_seconds
+            # a copy holding many deleted TQs is built anew (their positions are reclaimed)
+            rebuild = sweep and self.catalog.wasted() > max(1000, len(self.catalog))
+            since = None
+            if not rebuild and self._read_until is not None:
+                since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
+            async with read_transaction(conn):
+                task_queues = TaskQueueDB.of(conn)
+                now, rows = await task_queues.changed_since(since)
+                sharing = await PriorityDB.of(conn).sharing_groups()
+                limited = await LimitDB.of(conn).limited_sites()
+                existing = await task_queues.all_ids() if sweep and not rebuild else None
+            catalog = Catalog() if rebuild else self.catalog
+            for start in range(0, len(rows), CHUNK):
+                if start:
+                    await asyncio.sleep(0)
+                catalog.apply(row._mapping for row in rows[start : start + CHUNK])
+            if existing is not None:
+                catalog.remove([tq_id for tq_id in catalog.entries if tq_id not in existing])
+            catalog.sharing_groups = sharing
+            catalog.limited_sites = limited
+            self.catalog = catalog
+            self._read_until = now
+            self._read_at = time.monotonic()
+            if sweep:
+                self._swept_at = self._read_at
+            self._generation = generation
+
+    async def run(self, engine: AsyncEngine) -> None:
+        """The polling loop of one process."""
+        while True:
+            try:
+                async with engine.connect() as conn:
+                    await self.refresh(conn)
+            except DBAPIError as exc:  # an outage: matching answers 503 meanwhile
+                log.warning("task-queue refresh failed: %s", type(exc.orig or exc).__name__)
+            except Exception:
+                log.exception("task-queue refresh failed")
+            await asyncio.sleep(self.settings.refresh_seconds)

@@ -1,0 +1,42 @@
+"""What other areas hear of once jobs have entered task queues.
+
+After the jobs' own commit and best effort: the priority loop counts every
+level and sets every priority again anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Collection, Mapping
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.services import priorities, taskqueues
+from fairmatch.settings import Settings
+
+log = logging.getLogger("fairmatch.jobs")
+
+
+async def record_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
+    """Count committed jobs into their TQs' levels. After the commit, in a short
+    transaction of its own, so that concurrent submitters to a TQ wait for each
+    other only that long. Best effort: the priority loop counts every level
+    again, and until then a job on a level not yet counted waits (at most
+    priority.interval_seconds)."""
+    try:
+        await taskqueues.queued(conn, arrivals, new_jobs=new_jobs)
+    except DBAPIError as exc:
+        log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), type(exc).__name__)
+
+
+async def refresh_priorities(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
+    """New TQs get provisional priorities now. Best effort: the jobs are committed,
+    and the priority loop sets every priority again anyway."""
+    if not group_names:
+        return
+    try:
+        await priorities.refresh_groups(conn, settings, group_names)
+    except DBAPIError as exc:
+        log.warning("provisional priorities for %s not set: %s", sorted(group_names), type(exc).__name__)

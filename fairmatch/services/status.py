@@ -1,0 +1,27 @@
+"""The operator's overview (GET /status), read in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.clock import utcnow
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.status import ACTIVE, StatusDB
+
+
+async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
+    """Jobs per group and in total, the match rate, the `top` busiest queues, the last priority run."""
+    now = utcnow()
+    async with read_transaction(conn):
+        status = StatusDB.of(conn)
+        groups = await status.jobs_per_group()
+        return {
+            "generated_at": now,
+            "totals": {s.lower(): sum(g[s.lower()] for g in groups) for s in ACTIVE},
+            "groups": groups,
+            "match_rate": await status.match_rate(now),
+            "top_task_queues": await status.top_task_queues(top),
+            "last_priority_run": await status.last_priority_run(),
+        }

@@ -1,0 +1,59 @@
+"""Task queues: reading them, and the changes that run in transactions of their own.
+
+Each change tells this process's matcher that the task queues changed
+(`changes.bump`) once its transaction has committed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.taskqueues import changes
+
+
+async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
+    """Count committed jobs that entered TQs, per level (`TaskQueueDB.count_arrivals`).
+
+    After the jobs' own commit, in a short transaction: the TQ rows are locked
+    only for the count, not for a whole submission.
+    """
+    if not arrivals:
+        return
+    async with conn.begin():
+        await TaskQueueDB.of(conn).count_arrivals(arrivals, new_jobs=new_jobs)
+    changes.bump()
+
+
+async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
+    """Delete the TQ if it holds no job. True if deleted."""
+    try:
+        async with conn.begin():
+            deleted = await TaskQueueDB.of(conn).delete_if_empty(tq_id)
+    except IntegrityError:
+        return False  # a job arrived after all: the TQ stays
+    if deleted:
+        changes.bump()
+    return deleted
+
+
+async def delete_all_empty(conn: AsyncConnection) -> int:
+    """Sweep: delete every TQ without jobs, each in its own transaction. How many went."""
+    async with conn.begin():
+        empty = await TaskQueueDB.of(conn).empty_ids()
+    deleted = 0
+    for tq_id in empty:
+        deleted += await delete_if_empty(conn, tq_id)
+    return deleted
+
+
+async def read_task_queues(conn: AsyncConnection, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """TQs (all, or these) as the API shows them."""
+    async with read_transaction(conn):
+        return await TaskQueueDB.of(conn).read(ids)

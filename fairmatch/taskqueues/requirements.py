@@ -1,0 +1,122 @@
+"""A job's requirements in canonical form, and the hash that names its task queue.
+
+Pure logic: no database, no web framework.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+ANY = "any"
+
+# The requirement fields that hold a list of values (one tq_values table each).
+MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
+
+# Fields where a job listing `any` means "no restriction" (a DIRAC JDL habit:
+# Site = ANY). Tags and banned sites are literal.
+WILDCARD_FIELDS = ("sites", "grid_ces", "platforms", "job_types")
+
+
+def bucket_cpu_time(cpu_time: int, buckets: Sequence[int]) -> int:
+    """Move `cpu_time` up to the first bucket >= it, capped at the last bucket."""
+    index = bisect_left(buckets, cpu_time)
+    return buckets[min(index, len(buckets) - 1)]
+
+
+def real_priority(user_priority: int) -> float:
+    """DIRAC's mapping: 0 is background, 10 always goes first within its entity."""
+    if user_priority <= 0:
+        return 1e-5
+    if user_priority >= 10:
+        return 1e6
+    return float(user_priority)
+
+
+def levels_of(stored: Sequence[Sequence[float]] | None) -> dict[float, int]:
+    """`task_queues.levels`, [[real priority, jobs], ...], as {real priority: jobs}."""
+    return {float(p): int(n) for p, n in stored or ()}
+
+
+def load_of(levels: Mapping[float, int]) -> dict[str, float]:
+    """A TQ's load as the policies weigh it, from its waiting jobs per level: their number,
+    and the sum and the average of their real priorities."""
+    jobs = sum(levels.values())
+    weighted = sum(p * n for p, n in levels.items())
+    return {"jobs": jobs, "sum_rp": weighted, "avg_rp": weighted / jobs}
+
+
+def stored_levels(levels: Mapping[float, int]) -> list[list[float]]:
+    """{real priority: jobs} as `task_queues.levels` stores it: by level, empty ones left out."""
+    return [[p, n] for p, n in sorted(levels.items()) if n > 0]
+
+
+def normalise_values(values: Iterable[str] | None, *, wildcard: bool) -> tuple[str, ...]:
+    cleaned = sorted({v.strip() for v in values or () if v and v.strip()})
+    if wildcard and any(v.lower() == ANY for v in cleaned):
+        return ()
+    return tuple(cleaned)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    owner: str
+    owner_group: str
+    vo: str
+    cpu_time: int
+    priority_class: int
+    job_class: str | None = None
+    sites: tuple[str, ...] = ()
+    banned_sites: tuple[str, ...] = ()
+    grid_ces: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    job_types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        owner: str,
+        owner_group: str,
+        vo: str,
+        cpu_time: int,
+        priority_class: int,
+        buckets: Sequence[int],
+        job_class: str | None = None,
+        **multi_values: Iterable[str] | None,
+    ) -> Requirements:
+        unknown = set(multi_values) - set(MULTI_VALUE_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown requirement fields: {sorted(unknown)}")
+        return cls(
+            owner=owner,
+            owner_group=owner_group,
+            vo=vo,
+            cpu_time=bucket_cpu_time(cpu_time, buckets),
+            priority_class=priority_class,
+            job_class=job_class,
+            **{
+                field: normalise_values(multi_values.get(field), wildcard=field in WILDCARD_FIELDS)
+                for field in MULTI_VALUE_FIELDS
+            },
+        )
+
+    @classmethod
+    def from_json(cls, data: dict) -> Requirements:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def to_json(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def values(self, field: str) -> tuple[str, ...]:
+        return getattr(self, field)
+
+    @property
+    def hash(self) -> str:
+        """Canonical digest: identical requirements, identical TQ."""
+        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
