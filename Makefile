@@ -27,8 +27,13 @@ install: $(STAMP)
 run: $(RUNTIME_STAMP)
 	$(BIN)/fairmatch serve
 
-# Two workers (one per core); a module's tests of one backend stay together with their servers.
+# The checks first (lint, format, types, the docs site), then the suite: two workers (one per
+# core); a module's tests of one backend stay together with their servers.
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # The benchmark (bench/README.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
