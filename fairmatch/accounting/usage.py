@@ -70,7 +70,8 @@ def decay_factor(elapsed_seconds: float, half_life_days: float) -> float:
     """2^(-elapsed/half_life); 1 without decay (half-life 0) or when the clock ran backwards."""
     if half_life_days <= 0 or elapsed_seconds <= 0:
         return 1.0
-    return 2.0 ** (-elapsed_seconds / (half_life_days * SECONDS_PER_DAY))
+    factor: float = 2.0 ** (-elapsed_seconds / (half_life_days * SECONDS_PER_DAY))
+    return factor
 
 
 def period_start(now: datetime, reset: str) -> datetime | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Self
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from sqlalchemy import ColumnElement, DateTime, Table, func, literal, select, text
+from sqlalchemy import ColumnElement, DateTime, Insert, Table, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,7 +38,7 @@ class AreaDB:
 
     _backends: ClassVar[dict[str, type]]
 
-    def __init_subclass__(cls, dialect: str | None = None, **kwargs) -> None:
+    def __init_subclass__(cls, dialect: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if dialect is None:
             cls._backends = {}  # an area's own class: its backends register below it
@@ -47,6 +48,16 @@ class AreaDB:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
 
+    if TYPE_CHECKING:
+        # The backend-worded statements, which each backend's class takes from its mixin below.
+        insert_module: ModuleType
+
+        def insert_ignoring_conflicts(self, table: Table, *index_elements: str) -> Insert: ...
+        def change_time(self) -> ColumnElement[datetime]: ...
+        async def database_now(self) -> datetime: ...
+        async def try_leader_lock(self, key: int) -> bool: ...
+        async def leader_lock(self, key: int) -> None: ...
+
     @classmethod
     def of(cls, conn: AsyncConnection) -> Self:
         """The area's class for the connection's backend."""
@@ -55,9 +66,9 @@ class AreaDB:
 
 class _Statements:
     conn: AsyncConnection
-    insert_module = postgresql
+    insert_module: ModuleType = postgresql
 
-    def insert_ignoring_conflicts(self, table: Table, *index_elements: str):
+    def insert_ignoring_conflicts(self, table: Table, *index_elements: str) -> Insert:
         """INSERT … ON CONFLICT (index_elements) DO NOTHING."""
         return self.insert_module.insert(table).on_conflict_do_nothing(index_elements=list(index_elements))
 
@@ -65,7 +76,7 @@ class _Statements:
 class PostgresStatements(_Statements):
     """The backend-worded statements on PostgreSQL."""
 
-    def change_time(self) -> ColumnElement:
+    def change_time(self) -> ColumnElement[datetime]:
         """When a row changes: PostgreSQL's clock, the one every replica compares with."""
         return func.clock_timestamp()
 
@@ -88,7 +99,7 @@ class SQLiteStatements(_Statements):
 
     insert_module = sqlite
 
-    def change_time(self) -> ColumnElement:
+    def change_time(self) -> ColumnElement[datetime]:
         return literal(utcnow(), DateTime(timezone=True))
 
     async def database_now(self) -> datetime:

@@ -44,7 +44,7 @@ def check_submission(
 
 def check_classes_exist(specs: Sequence[JobSpec], classes: Mapping[str, JobClass]) -> None:
     """A misspelt class is bad input (422 at the field), not a permission problem."""
-    errors = [
+    errors: list[dict[str, Any]] = [
         {
             "loc": ["body", "jobs", i, "job_class"],
             "msg": f"job class {spec.job_class!r} does not exist",

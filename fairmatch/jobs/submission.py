@@ -19,6 +19,7 @@ def requested_cpu_time(spec: JobSpec, settings: Settings) -> int:
 
 
 def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
+    assert spec.priority_class is not None, "the priority class is settled before the requirements are built"
     return Requirements.build(
         owner=spec.owner,
         owner_group=spec.owner_group,
@@ -31,7 +32,7 @@ def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
     )
 
 
-def requirements_key(spec: JobSpec) -> tuple:
+def requirements_key(spec: JobSpec) -> tuple[object, ...]:
     """The JobSpec fields its Requirements are built from."""
     values = tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(spec, f) for f in MULTI_VALUE_FIELDS))
     return (spec.owner, spec.owner_group, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class, values)

@@ -8,6 +8,8 @@ analysis of a refusal all read it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.resource import ResourceQuery
 
@@ -63,7 +65,7 @@ def eligible(catalog: Catalog, q: ResourceQuery) -> int:
     return passing
 
 
-def analysis(catalog: Catalog, q: ResourceQuery) -> dict:
+def analysis(catalog: Catalog, q: ResourceQuery) -> dict[str, Any]:
     """Why the TQs with waiting jobs are or are not eligible, as HTCondor's -better-analyze
     counts: per condition, how many of them fail it (a TQ failing several counts under each)."""
     considered = catalog.live

@@ -35,9 +35,9 @@ def _uniforms(rng: random.Random, size: int) -> np.ndarray:
     numpy's generator is seeded from `rng` by setting the state of one PCG64 (2 us);
     seeding a new generator each draw hashed the seed and cost more than the draw.
     """
-    state = {"state": rng.getrandbits(128), "inc": rng.getrandbits(128) | 1}
+    state, inc = rng.getrandbits(128), rng.getrandbits(128) | 1
     with _PCG_LOCK:
-        _PCG.state = {"bit_generator": "PCG64", "state": state, "has_uint32": 0, "uinteger": 0}
+        _PCG.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc}, "has_uint32": 0, "uinteger": 0}
         return 1.0 - _GENERATOR.random(size)
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    AliasPath,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fairmatch.errors import BadRequest
@@ -52,7 +62,9 @@ class ResourceDescription(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _name_missing_keys_as_sent(cls, data: Any, handler) -> ResourceDescription:
+    def _name_missing_keys_as_sent(
+        cls, data: Any, handler: ModelWrapValidatorHandler[ResourceDescription]
+    ) -> ResourceDescription:
         """A missing key is named in the caller's own spelling (DIRAC's when it sent any
         DIRAC key), and the message gives both, as a bad value is named by the key sent."""
         try:
@@ -60,8 +72,11 @@ class ResourceDescription(BaseModel):
         except ValidationError as exc:
             if not isinstance(data, dict):
                 raise
-            aliases = {name: f.validation_alias.choices for name, f in cls.model_fields.items()
-                       if isinstance(f.validation_alias, AliasChoices)}  # fmt: skip
+            aliases: dict[int | str, list[str | AliasPath]] = {
+                name: f.validation_alias.choices
+                for name, f in cls.model_fields.items()
+                if isinstance(f.validation_alias, AliasChoices)
+            }
             dirac_style = any(choices[1] in data for choices in aliases.values())
             errors: list[InitErrorDetails] = []
             for error in exc.errors():
@@ -69,7 +84,7 @@ class ResourceDescription(BaseModel):
                 if choices is None:
                     errors.append(error)  # type: ignore[arg-type]
                     continue
-                snake, dirac = choices
+                snake, dirac = map(str, choices)  # `_alias` names plain keys, never paths
                 message = PydanticCustomError("missing", "Field required (send {dirac} or {snake})",
                                               {"dirac": dirac, "snake": snake})  # fmt: skip
                 errors.append({"type": message, "loc": (dirac if dirac_style else snake,), "input": data})
@@ -78,7 +93,7 @@ class ResourceDescription(BaseModel):
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
         """The filter. A grid CE, platform or job type left out limits the resource to queues
         listing none (`strict`), or is no condition at all (`dirac`, as DIRAC's TaskQueueDB)."""
-        unstated = frozenset() if options.unstated_fields == "strict" else None
+        unstated: frozenset[str] | None = frozenset() if options.unstated_fields == "strict" else None
         tags = set(self.tags or ()) | derived_tags(self.max_ram_mb, self.number_of_processors, self.whole_node)
         any_tag = any(t.lower() == ANY for t in tags)
         required = frozenset(self.required_tags or ())

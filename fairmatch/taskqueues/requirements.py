@@ -10,6 +10,7 @@ import json
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 ANY = "any"
 
@@ -106,14 +107,16 @@ class Requirements:
         )
 
     @classmethod
-    def from_json(cls, data: dict) -> Requirements:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    def from_json(cls, data: Mapping[str, Any]) -> Requirements:
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**fields)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     def values(self, field: str) -> tuple[str, ...]:
-        return getattr(self, field)
+        values: tuple[str, ...] = getattr(self, field)
+        return values
 
     @property
     def hash(self) -> str:
