@@ -10,7 +10,7 @@ class FairmatchError(Exception):
     title = "Internal error"
     kind = "internal"  # the problem type is urn:fairmatch:problem:<kind>
 
-    headers: dict[str, str] | None = None
+    headers: ClassVar[dict[str, str] | None] = None
 
     def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
