@@ -54,7 +54,8 @@ def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
     if caller.privileged:
         return tqs
     scope = policy.job_scope(caller)
-    return [tq for tq in tqs if tq["owner"] == scope.owner and tq["owner_group"] in scope.owner_groups]
+    groups = scope.owner_groups
+    return [tq for tq in tqs if tq["owner"] == scope.owner and groups is not None and tq["owner_group"] in groups]
 
 
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")

@@ -33,7 +33,7 @@ def _route_template(scope: Scope) -> str:
     its pattern matches."""
     route = scope.get("route")
     regex = getattr(route, "path_regex", None)
-    if regex is None:
+    if route is None or regex is None:
         return "unmatched"
     path = scope["path"]
     start = 0

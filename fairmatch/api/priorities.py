@@ -18,7 +18,9 @@ router = APIRouter(tags=["priorities"])
 @router.post("/priorities/recompute", response_model=RecomputeResult, summary="Recompute all priorities now")
 async def recompute(request: Request, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
     """Runs the priority loop once (waiting for a run in progress) and returns when it is done."""
-    return await service.recompute(conn, settings, request.app.state.corrections, runner=runner_name(), scheduled=False)
+    run = await service.recompute(conn, settings, request.app.state.corrections, runner=runner_name(), scheduled=False)
+    assert run is not None  # a forced run waits for the lock and always runs
+    return run
 
 
 @router.get("/shares", response_model=PriorityRun, summary="Entities, shares, usage and corrections")

@@ -107,10 +107,11 @@ class MatchingTaskQueue(TaskQueue):
     )
 
 
+_condition_counts: dict[str, Any] = {name: (int, ...) for name in CONDITION_NAMES}
 RejectedBy = create_model(
     "RejectedBy",
     __doc__="Per condition, how many task queues with waiting jobs fail it (one failing several counts under each).",
-    **{name: (int, ...) for name in CONDITION_NAMES},
+    **_condition_counts,
 )
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import jwt
 
@@ -84,7 +84,11 @@ class TokenVerifier:
         return principal_from_claims(claims)
 
 
-def _short_string(claims: dict, name: str, required: bool = False) -> str | None:
+@overload
+def _short_string(claims: dict[str, Any], name: str, required: Literal[True]) -> str: ...
+@overload
+def _short_string(claims: dict[str, Any], name: str, required: bool = False) -> str | None: ...
+def _short_string(claims: dict[str, Any], name: str, required: bool = False) -> str | None:
     value = claims.get(name)
     if value is None and not required:
         return None
@@ -93,7 +97,7 @@ def _short_string(claims: dict, name: str, required: bool = False) -> str | None
     return value
 
 
-def principal_from_claims(claims: dict) -> Principal:
+def principal_from_claims(claims: dict[str, Any]) -> Principal:
     try:
         role = Role(claims["role"])
     except ValueError:

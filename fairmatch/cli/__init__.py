@@ -45,13 +45,14 @@ def main() -> None:
         code = EXIT_FAILED
     except Exception as exc:
         # click's exceptions (typer may bring its own copy of click): they carry their exit code
-        if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+        exit_code = getattr(exc, "exit_code", None)
+        if not (hasattr(exc, "format_message") and isinstance(exit_code, int)):
             raise
-        if type(exc).__name__ == "NoArgsIsHelpError":
+        if type(exc).__name__ == "NoArgsIsHelpError" and hasattr(exc, "show"):
             exc.show()  # its message is the help text
         else:
             context = getattr(exc, "ctx", None)
             where = f" (see `{context.command_path} --help`)" if context else ""
             typer.echo(f"error: {exc.format_message()}{where}", err=True)
-        code = exc.exit_code
+        code = exit_code
     sys.exit(code if isinstance(code, int) else 0)

@@ -66,7 +66,8 @@ def serve(
             log_config=uvicorn_log_config(settings.server.log_format, settings.server.log_level),
             access_log=False,  # the service writes its own access lines (route, duration, request id)
             # on SIGTERM: stop accepting, let in-flight requests finish, then exit
-            timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,
+            # uvicorn annotates an int but waits with asyncio.wait_for, which takes any number of seconds
+            timeout_graceful_shutdown=settings.server.graceful_shutdown_seconds,  # type: ignore[arg-type]
         )
     finally:
         remove_made_directory(metrics_dir, settings.server.metrics_dir)

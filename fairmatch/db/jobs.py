@@ -77,7 +77,7 @@ class JobDB(AreaDB):
         after_id: int,
         limit: int,
         scope: JobScope,
-    ) -> list[Any]:
+    ) -> Sequence[Any]:
         """Up to `limit` rows after `after_id` in id order, within the scope and filters."""
         stmt = select(jobs).where(jobs.c.id > after_id).order_by(jobs.c.id).limit(limit)
         if scope.owner is not None:
@@ -211,6 +211,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
 
     async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime) -> list[int]:
         raw = (await self.conn.get_raw_connection()).driver_connection
+        assert raw is not None  # an open connection has its driver's
         async with raw.cursor() as cursor:
             await cursor.execute(_NEW_IDS, {"n": len(rows)})
             ids = sorted(r[0] for r in await cursor.fetchall())

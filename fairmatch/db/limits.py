@@ -10,6 +10,7 @@ serialises claims. A job that would break a limit is rolled back unclaimed.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -145,7 +146,9 @@ class LimitDB(AreaDB):
             self.insert_ignoring_conflicts(site_limits, "site", "attribute", "value"), [_row(lim) for lim in limits]
         )
 
-    async def admit(self, limits: SiteLimits, site: str, job: Any, now: datetime) -> list[dict[str, Any]]:
+    async def admit(
+        self, limits: SiteLimits, site: str, job: Any, now: datetime
+    ) -> builtins.list[dict[str, Any]]:  # `list` is a method here
         """Check a just-claimed job against the site's limits, inside the claim's transaction.
 
         Returns the limits it breaks (empty: admitted). The claim itself already

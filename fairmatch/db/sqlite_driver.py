@@ -103,6 +103,7 @@ def connector(arguments: tuple[Sequence[Any], dict[str, Any]]) -> Callable[[], A
     async def connect() -> OneTripConnection:
         connection = OneTripConnection(lambda: sqlite3.connect(*positional, **keywords), iter_chunk_size=64)
         connection._thread.daemon = True  # as SQLAlchemy does: a forgotten connection never blocks the exit
-        return await connection
+        await connection  # starts its thread and opens the database
+        return connection
 
     return connect

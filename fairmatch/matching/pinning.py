@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from fairmatch.auth.tokens import Principal, Role
 from fairmatch.errors import Forbidden
 from fairmatch.matching.resource import ResourceDescription
 
+Resource = TypeVar("Resource", bound=ResourceDescription)
 
-def pin_resource(caller: Principal, resource: ResourceDescription) -> ResourceDescription:
+
+def pin_resource(caller: Principal, resource: Resource) -> Resource:
     """Hold a pilot to its claims: its site, its groups (a private pilot), its VO.
 
     Other callers (admins, operators on the dry run) describe any resource."""

@@ -87,9 +87,11 @@ async def report_status(
     new = JobStatus(report.status)
     now = utcnow()
     if new is JobStatus.Waiting:
-        return await reschedule(
+        rescheduled = await reschedule(
             conn, job_id, now, settings, source="api", minor_status=report.minor_status, scope=scope
         )
+        assert rescheduled is not None  # without `only_if` the job always moves
+        return rescheduled
     values: dict[str, Any] = {"status": new.value, "heartbeat_at": now}
     for field in ("minor_status", "cpu_seconds", "wall_seconds"):
         if getattr(report, field) is not None:

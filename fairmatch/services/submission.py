@@ -40,7 +40,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
     as_json = {r: r.to_json() for r in distinct}
     async with conn.begin():
         tq_ids, created = await TaskQueueDB.of(conn).find_or_create(distinct, now)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "status": JobStatus.Waiting.value,
                 "owner": r.owner,
@@ -79,7 +79,7 @@ async def _check_associations(conn: AsyncConnection, specs: Sequence[JobSpec]) -
     if not tree:
         return  # no tree: any account is charged as given
     known = user_associations(tree)
-    errors = []
+    errors: list[dict[str, Any]] = []
     for i, spec in enumerate(specs):
         problem = unknown_association(known, spec.charged_account, spec.owner)
         if problem is not None:

@@ -62,6 +62,7 @@ async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Setting
         due = await JobDB.of(conn).silent(JobStatus.Stalled, now - timedelta(seconds=silent), batch)
     moved = 0
     for job_id in due:
+        done: object  # the moved job (its row or its id), or None when it did not move
         try:
             if settings.jobs.reschedule_stalled:
                 done = await reschedule(conn, job_id, now, settings, source="stall", minor_status=STALLED_TOO_LONG,

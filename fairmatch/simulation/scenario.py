@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
-from pydantic_settings import PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from fairmatch.accounting.associations import (
     Association,
@@ -41,7 +41,12 @@ class ScenarioSettings(Settings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type, init_settings: PydanticBaseSettingsSource, **sources: PydanticBaseSettingsSource
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
@@ -159,9 +164,10 @@ def check(
     for i, stream in enumerate(scenario.streams):
         job_class = stream.job.job_class
         if job_class is not None and job_class not in classes:
-            known = ", ".join(sorted(classes)) or "none"
+            known_classes = ", ".join(sorted(classes)) or "none"
             raise ScenarioError(
-                f"{where}: streams.{i}.job_class: no job class {job_class!r} in [config.job_classes] (known: {known})"
+                f"{where}: streams.{i}.job_class: no job class {job_class!r} in [config.job_classes] "
+                f"(known: {known_classes})"
             )
         problem = unknown_association(known, stream.job.charged_account, stream.job.owner)
         if tree and problem is not None:
