@@ -119,9 +119,10 @@ async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(FairmatchError, _on_domain_error)
-    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    # Starlette types every handler as taking any Exception; it calls each with the class it is added for.
+    app.add_exception_handler(RequestValidationError, _on_validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(FairmatchError, _on_domain_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)  # type: ignore[arg-type]
     # DBAPIError: the handler picks 503 for outages, 500 for the rest (e.g. IntegrityError)
     app.add_exception_handler(DBAPIError, _on_database_error)
     app.add_exception_handler(PoolTimeout, _on_database_error)

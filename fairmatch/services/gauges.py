@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -132,7 +133,7 @@ class DatabaseGauges(Collector):
         return generate_latest(registry)
 
 
-def _labelled(name: str, documentation: str, label: str, values: dict[str, float]) -> GaugeMetricFamily:
+def _labelled(name: str, documentation: str, label: str, values: Mapping[str, float]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=[label])
     for key, value in sorted(values.items()):
         family.add_metric([key], value)
