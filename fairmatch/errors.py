@@ -58,3 +58,51 @@ class InvalidInput(FairmatchError):
 
     def __init__(self, detail: str, errors: list[dict[str, Any]]) -> None:
         super().__init__(detail, errors=errors)
+
+
+class DatabaseError(FairmatchError):
+    """A statement failed for a reason none of the subclasses names: a defect, answered 500."""
+
+    def __init__(self, cause: str, detail: str = "the server failed; the error was logged") -> None:
+        super().__init__(detail)
+        self.cause = cause  # the driver's first line, for the log; never echoed to clients
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database is away or overloaded, not refusing this request: worth a retry."""
+
+    status = 503
+    title = "Service unavailable"
+    kind = "database-unavailable"
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "5"}
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause, "the database cannot be reached; retry shortly")
+
+
+class ValueRefused(DatabaseError):
+    """A value validation let through but the database cannot store: nothing was written."""
+
+    status = 422
+    title = "Invalid input"
+    kind = "invalid-input"
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause, "a value is out of the range the database can store")
+
+
+class ConstraintViolation(DatabaseError):
+    """A write broke a constraint (a foreign key, a unique key). Callers that expect one
+    give it a meaning; one that reaches a client is a defect, answered 500."""
+
+
+class UniqueViolation(ConstraintViolation):
+    """A row's unique key is already taken."""
+
+
+class DuplicateRequest(FairmatchError):
+    """The request id was used by a claim that committed first (a concurrent retry)."""
+
+    status = 409
+    title = "Conflict"
+    kind = "conflict"

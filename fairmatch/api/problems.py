@@ -9,17 +9,17 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_400_BAD_REQUEST, HTTP_422_UNPROCESSABLE_CONTENT
 
-from fairmatch.errors import FairmatchError
+from fairmatch.db.errors import translated
+from fairmatch.errors import DatabaseUnavailable, FairmatchError, ValueRefused
 
 log = logging.getLogger("fairmatch.api")
 
 PROBLEM_JSON = "application/problem+json"
-RETRY_AFTER_SECONDS = 5
 
 
 def problem(
@@ -58,7 +58,14 @@ async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONR
     return problem(HTTP_422_UNPROCESSABLE_CONTENT, "Invalid input", where + more, kind="invalid-input", errors=errors)
 
 
-async def _on_domain_error(_: Request, exc: FairmatchError) -> JSONResponse:
+async def _on_domain_error(request: Request, exc: FairmatchError) -> JSONResponse:
+    if isinstance(exc, DatabaseUnavailable):
+        log.warning("database unavailable: %s", exc.cause)
+    elif isinstance(exc, ValueRefused):
+        # the request's fault, and worth a validation rule
+        log.warning("database refused a value: %s", exc.cause)
+    elif exc.status >= 500:
+        return await _on_unexpected(request, exc)
     return problem(exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers, **exc.extra)
 
 
@@ -67,50 +74,14 @@ async def _on_http_error(_: Request, exc: StarletteHTTPException) -> JSONRespons
     return problem(exc.status_code, title, str(exc.detail), headers=getattr(exc, "headers", None))
 
 
-def database_unavailable(exc: Exception) -> bool:
-    """The database is away or overloaded, not refusing this request: worth a retry.
-
-    Covers refused and dropped connections (OperationalError), use of a connection
-    the server closed (InterfaceError), any driver error SQLAlchemy saw as a
-    disconnect, and an exhausted connection pool. A lost COMMIT lands here too: its
-    outcome is unknown, and the retry with the same request_id settles it.
-    """
-    if isinstance(exc, PoolTimeout):
-        return True
-    return isinstance(exc, (OperationalError, InterfaceError)) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
-    )
-
-
 async def _on_database_error(request: Request, exc: Exception) -> JSONResponse:
-    if not database_unavailable(exc):
+    """A SQLAlchemy error that did not pass through an engine's translation (the pool's
+    own timeout, for one): translated here by the same rule."""
+    error = translated(exc)
+    if error is None:
         return await _on_unexpected(request, exc)
-    log.warning("database unavailable: %s: %s", exc.__class__.__name__, _first_line(exc))
-    return problem(
-        503,
-        "Service unavailable",
-        "the database cannot be reached; retry shortly",
-        kind="database-unavailable",
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-    )
-
-
-def _first_line(exc: Exception) -> str:
-    # the driver's message without SQLAlchemy's appended SQL and parameters
-    orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().split("\n", 1)[0][:200]
-
-
-async def _on_refused_value(_: Request, exc: DataError) -> JSONResponse:
-    # a value validation let through but the database cannot store: the
-    # request's fault, and worth a validation rule; nothing was written
-    log.warning("database refused a value: %s", exc.orig)
-    return problem(
-        HTTP_422_UNPROCESSABLE_CONTENT,
-        "Invalid input",
-        "a value is out of the range the database can store",
-        kind="invalid-input",
-    )
+    error.__cause__ = exc
+    return await _on_domain_error(request, error)
 
 
 async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -123,8 +94,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(FairmatchError, _on_domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _on_http_error)  # type: ignore[arg-type]
-    # DBAPIError: the handler picks 503 for outages, 500 for the rest (e.g. IntegrityError)
+    # SQLAlchemy's errors: 503 for outages, 422 for refused values, 500 for the rest
     app.add_exception_handler(DBAPIError, _on_database_error)
     app.add_exception_handler(PoolTimeout, _on_database_error)
-    app.add_exception_handler(DataError, _on_refused_value)
     app.add_exception_handler(Exception, _on_unexpected)

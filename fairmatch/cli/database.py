@@ -60,11 +60,15 @@ def on_database(url: str, action: Callable[[], Any]) -> Any:
     """Run `action`, turning an unusable URL or an unreachable database into a one-line error."""
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+    from fairmatch.errors import DatabaseError
+
     try:
         return action()
     except (ArgumentError, ValueError) as exc:  # unparsable URL or unsupported scheme
         fail(f"database_url {redacted(url)}: {exc}", EXIT_USAGE)
-    except SQLAlchemyError as exc:
+    except DatabaseError as exc:  # the service's engines
+        fail(f"database {redacted(url)}: {exc.cause}")
+    except SQLAlchemyError as exc:  # Alembic's own engine
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         fail(f"database {redacted(url)}: {reason}")
 

@@ -13,16 +13,18 @@ SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
 the database write lock, so no other claim can interleave; they run in the
 driver's worker thread in one go (fairmatch/db/sqlite_claim.py).
 
-With a site-limit guard, the claimed job is checked in the claim's own
-transaction and the claim rolled back if it breaks a limit.
+With site limits in the target, the claimed job is checked against them in
+the claim's own transaction, and the claim rolled back if it breaks one.
+
+Both classes implement the match's claim port (`fairmatch.matching.matcher.Claims`);
+tests/contract/test_claims.py runs the same cases against both and the simulator's.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -30,45 +32,27 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.errors import translated
+from fairmatch.db.limits import LimitDB
 from fairmatch.db.sqlite_claim import claim_in_thread
 from fairmatch.db.tables import jobs, match_requests, tq_jobs
+from fairmatch.errors import DatabaseError, DuplicateRequest, UniqueViolation
+from fairmatch.limits.rules import SiteLimits
+from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Refused
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimTarget:
-    """Where to claim from: a user-priority level of a TQ, or one named job."""
+class Claimant:
+    """Who claims, as a claim records it on the job."""
 
-    tq_id: int
-    level: float | None = None
-    job_id: int | None = None
-    candidates: int = 10
+    site: str
+    pilot_reference: str | None
+    requester: str  # the caller's identity; it scopes request ids
+    request_id: str | None
+    lease_seconds: int  # how long the match holds without a report from the pilot
 
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    job: Any  # the jobs row after the claim
-    tq_now_empty: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Missed:
-    """Nothing claimed: other matchers held every candidate, the level had no job left,
-    or (a claim without a guard) the site turned out to have limits."""
-
-    level_empty: bool
-    site_limited: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The claimed job broke a site limit; its claim was rolled back."""
-
-    reasons: list[dict[str, Any]]
-
-
-# Checks the claimed job inside the claim's transaction; a non-empty answer refuses it.
-Guard = Callable[[AsyncConnection, Any], Awaitable[list[dict[str, Any]]]]
 
 _LEVEL_CANDIDATES = """
         SELECT job_id FROM tq_jobs
@@ -143,50 +127,54 @@ class ClaimDB(AreaDB):
     PostgreSQL one autocommitted statement); the other methods run in the caller's.
     """
 
-    async def claim(
-        self,
-        target: ClaimTarget,
-        *,
-        site: str,
-        pilot_reference: str | None,
-        requester: str,
-        request_id: str | None,
-        now: datetime,
-        lease_until: datetime,
-        rng: random.Random,
-        guard: Guard | None = None,
-    ) -> Claimed | Missed | Refused:
-        """Claim one job of the target in a transaction of its own; with a guard, only if it passes."""
+    claimant: Claimant
+    rng: random.Random
+
+    @classmethod
+    def claiming(cls, conn: AsyncConnection, claimant: Claimant, rng: random.Random) -> ClaimDB:
+        """The claim port of this connection's backend, for one claimant."""
+        claims = cls.of(conn)
+        claims.claimant, claims.rng = claimant, rng
+        return claims
+
+    async def claim(self, target: ClaimTarget) -> Outcome:
+        """Claim one job of the target in a transaction of its own; with limits, only if it passes."""
+        now = utcnow()
+        who = self.claimant
         params = {
             "tq_id": target.tq_id,
             "level": target.level,
             "job_id": target.job_id,
             "candidates": target.candidates,
-            "site": site,
-            "pilot_reference": pilot_reference,
-            "requester": requester,
-            "request_id": request_id,
+            "site": who.site,
+            "pilot_reference": who.pilot_reference,
+            "requester": who.requester,
+            "request_id": who.request_id,
             "now": now,
-            "lease_until": lease_until,
-            "guarded": guard is not None,
+            "lease_until": now + timedelta(seconds=who.lease_seconds),
+            "guarded": target.limits is not None,
         }
-        if guard is None:
-            return await self._claim_alone(target, params, rng)
-        async with self.conn.begin() as transaction:
-            outcome = await self._claim_step(target, params, rng)
-            if isinstance(outcome, Claimed):
-                reasons = await guard(self.conn, outcome.job)
-                if reasons:
-                    await transaction.rollback()
-                    return Refused(reasons)
-        return outcome
+        try:
+            if target.limits is None:
+                return await self._claim_alone(target, params)
+            async with self.conn.begin() as transaction:
+                outcome = await self._claim_step(target, params)
+                if isinstance(outcome, Claimed):
+                    assert isinstance(target.limits, SiteLimits)
+                    reasons = await LimitDB.of(self.conn).admit(target.limits, who.site, outcome.job, now)
+                    if reasons:
+                        await transaction.rollback()
+                        return Refused(reasons)
+            return outcome
+        except UniqueViolation as exc:  # the only unique key a claim writes is the request id's
+            raise DuplicateRequest(f"request_id {who.request_id!r} was claimed by another request") from exc
 
-    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
-        """An unguarded claim, as its own transaction."""
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
+        """A claim without limits, as its own transaction."""
         async with self.conn.begin():
-            return await self._claim_step(target, params, rng)
+            return await self._claim_step(target, params)
 
-    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
         """The claim's statements, inside the transaction open on the connection."""
         raise NotImplementedError
 
@@ -208,25 +196,26 @@ class ClaimDB(AreaDB):
 
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
-    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
         return _outcome(await _execute(self.conn, _statement(target), params))
 
-    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
         return _outcome((await self.conn.exec_driver_sql(_statement(target), params)).one())
 
 
 class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
-    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
-        return await self._in_thread(target, params, rng, own_transaction=True)
+    async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
+        return await self._in_thread(target, params, own_transaction=True)
 
-    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any], rng: random.Random) -> Claimed | Missed:
-        return await self._in_thread(target, params, rng, own_transaction=False)
+    async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
+        return await self._in_thread(target, params, own_transaction=False)
 
     async def _in_thread(
-        self, target: ClaimTarget, params: dict[str, Any], rng: random.Random, *, own_transaction: bool
+        self, target: ClaimTarget, params: dict[str, Any], *, own_transaction: bool
     ) -> Claimed | Missed:
         named = target.job_id is not None
-        row = await claim_in_thread(self.conn, params, named=named, draw=rng.random(), own_transaction=own_transaction)
+        draw = self.rng.random()
+        row = await claim_in_thread(self.conn, params, named=named, draw=draw, own_transaction=own_transaction)
         return _outcome(_Row(row))
 
 
@@ -243,8 +232,8 @@ def _outcome(row: Any) -> Claimed | Missed:
 async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _Row:
     """Run the statement on the driver's own connection, as its own transaction.
 
-    Driver errors become SQLAlchemy's, so that outages answer 503 as elsewhere,
-    and a broken connection is dropped from the pool.
+    Driver errors become fairmatch's, as the engine's do (outages answer 503 as
+    elsewhere), and a broken connection is dropped from the pool.
     """
     raw = (await conn.get_raw_connection()).driver_connection
     try:
@@ -261,7 +250,8 @@ async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _
         broken = raw.broken or raw.closed
         if broken:
             await conn.invalidate()
-        raise DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken) from exc
+        wrapped = DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken)
+        raise (translated(wrapped) or DatabaseError(str(exc))) from exc
     names = _COLUMNS.get(sql)
     if names is None or len(names) != len(row):  # first run, or the table gained columns
         names = _COLUMNS[sql] = [c.name for c in cursor.description]

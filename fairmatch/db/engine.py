@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from fairmatch.db import sqlite_driver
+from fairmatch.db import errors, sqlite_driver
+from fairmatch.errors import DatabaseUnavailable
 
 APPLICATION_NAME = "fairmatch"
 
@@ -81,7 +81,13 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
         opened_with = (positional, {**keywords, "timeout": 30})
         engine = create_async_engine(parsed, async_creator=sqlite_driver.connector(opened_with))
         _make_sqlite_transactional(engine)
-        return engine
+    else:
+        engine = _postgresql_engine(parsed, pool_size, prepared_statements)
+    errors.install(engine)
+    return engine
+
+
+def _postgresql_engine(parsed: URL, pool_size: int, prepared_statements: bool) -> AsyncEngine:
     return create_async_engine(
         parsed,
         pool_size=pool_size,
@@ -142,7 +148,7 @@ class RequestConnections:
         try:
             await asyncio.wait_for(self._slots.acquire(), POOL_TIMEOUT_SECONDS)
         except TimeoutError:
-            raise PoolTimeout(f"no database connection free within {POOL_TIMEOUT_SECONDS} s") from None
+            raise DatabaseUnavailable(f"no database connection free within {POOL_TIMEOUT_SECONDS} s") from None
         try:
             async with self.engine.connect() as conn:
                 yield conn

@@ -24,8 +24,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.errors import translated
 from fairmatch.db.sqlite_driver import OneTripConnection
 from fairmatch.db.tables import jobs
+from fairmatch.errors import DatabaseError
 
 SITE_LIMITED = "SELECT EXISTS (SELECT 1 FROM site_limits WHERE site = :site)"
 LEVEL_CANDIDATES = """
@@ -136,6 +138,6 @@ async def claim_in_thread(
     driver: OneTripConnection = (await conn.get_raw_connection()).driver_connection
     try:
         outcome = await driver.on_thread(_in_thread, codec.bind(params), named, draw, own_transaction)
-    except sqlite3.Error as exc:  # as SQLAlchemy would raise it: outages answer 503 as elsewhere
-        raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
+    except sqlite3.Error as exc:  # as the engine would raise it: outages answer 503 as elsewhere
+        raise (translated(DBAPIError.instance(None, None, exc, sqlite3.Error)) or DatabaseError(str(exc))) from exc
     return codec.row(outcome) if outcome["id"] is not None else outcome

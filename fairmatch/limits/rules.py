@@ -100,6 +100,10 @@ class SiteLimits:
         """The query with every banned value excluded."""
         return with_banned(query, [reason for reasons in self.blocked().values() for reason in reasons])
 
+    def excluding(self, query: ResourceQuery, reasons: list[dict[str, Any]]) -> ResourceQuery:
+        """The query less the values these reasons (of a refused claim) name."""
+        return with_banned(query, reasons)
+
     def reasons_for(self, tq: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Why a task queue (as the API shows it) is kept from this site now."""
         blocked = self.blocked()

@@ -15,13 +15,14 @@ import socket
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.clock import utcnow
+from fairmatch.errors import DatabaseError
+from fairmatch.priority.settings import CorrectionsConfig
 from fairmatch.services import accounting, history, taskqueues, watchdogs
 from fairmatch.services import priorities as priority_service
-from fairmatch.settings import CorrectionsConfig, Settings
+from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.background")
 
@@ -45,8 +46,8 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
                 done = await step(conn)
             if done:
                 log.info("%s: %s", name, done)
-        except DBAPIError as exc:  # outages, deadlock victims: the next round tries again
-            log.warning("%s failed: %s", name, type(exc.orig or exc).__name__)
+        except DatabaseError as exc:  # outages, deadlock victims: the next round tries again
+            log.warning("%s failed: %s", name, exc.cause)
         except Exception:  # anything else is a bug worth its traceback; keep going anyway
             log.exception("%s failed", name)
         await asyncio.sleep(max(0.0, started + seconds - loop.time()))

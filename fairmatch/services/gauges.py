@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
+from fairmatch.errors import DatabaseError
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 
 log = logging.getLogger("fairmatch.metrics")
@@ -92,8 +92,8 @@ class DatabaseGauges(Collector):
                 return
             try:
                 self.snapshot = await read_snapshot(engine)
-            except DBAPIError as exc:
-                log.warning("database gauges not refreshed: %s", type(exc.orig or exc).__name__)
+            except DatabaseError as exc:
+                log.warning("database gauges not refreshed: %s", exc.cause)
                 self.snapshot = Snapshot()
             self.taken_at = time.monotonic()
 

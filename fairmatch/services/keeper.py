@@ -24,15 +24,15 @@ import logging
 import time
 from datetime import timedelta
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.errors import DatabaseError
 from fairmatch.matching.catalog import Catalog
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues import changes
 
 log = logging.getLogger("fairmatch.matching")
@@ -110,8 +110,8 @@ class Keeper:
             try:
                 async with engine.connect() as conn:
                     await self.refresh(conn)
-            except DBAPIError as exc:  # an outage: matching answers 503 meanwhile
-                log.warning("task-queue refresh failed: %s", type(exc.orig or exc).__name__)
+            except DatabaseError as exc:  # an outage: matching answers 503 meanwhile
+                log.warning("task-queue refresh failed: %s", exc.cause)
             except Exception:
                 log.exception("task-queue refresh failed")
             await asyncio.sleep(self.settings.refresh_seconds)

@@ -10,9 +10,9 @@ import logging
 from collections import Counter
 from collections.abc import Collection, Mapping
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.errors import DatabaseError
 from fairmatch.services import priorities, taskqueues
 from fairmatch.settings import Settings
 
@@ -27,8 +27,8 @@ async def record_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[
     priority.interval_seconds)."""
     try:
         await taskqueues.queued(conn, arrivals, new_jobs=new_jobs)
-    except DBAPIError as exc:
-        log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), type(exc).__name__)
+    except DatabaseError as exc:
+        log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), exc.cause)
 
 
 async def refresh_priorities(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
@@ -38,5 +38,5 @@ async def refresh_priorities(conn: AsyncConnection, settings: Settings, group_na
         return
     try:
         await priorities.refresh_groups(conn, settings, group_names)
-    except DBAPIError as exc:
-        log.warning("provisional priorities for %s not set: %s", sorted(group_names), type(exc).__name__)
+    except DatabaseError as exc:
+        log.warning("provisional priorities for %s not set: %s", sorted(group_names), exc.cause)

@@ -10,11 +10,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
+from fairmatch.errors import ConstraintViolation
 from fairmatch.taskqueues import changes
 
 
@@ -36,7 +36,7 @@ async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
     try:
         async with conn.begin():
             deleted = await TaskQueueDB.of(conn).delete_if_empty(tq_id)
-    except IntegrityError:
+    except ConstraintViolation:
         return False  # a job arrived after all: the TQ stays
     if deleted:
         changes.bump()

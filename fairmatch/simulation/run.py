@@ -27,9 +27,9 @@ import numpy as np
 
 from fairmatch.jobs.classes import JobClass
 from fairmatch.jobs.priority_classes import requested_class, resolve_priority_class
+from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
-from fairmatch.matching.choice import choose, choose_level
-from fairmatch.matching.eligibility import eligible
+from fairmatch.matching.matcher import Matcher, match
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.services.gauges import target_shares
 from fairmatch.services.priorities import configured_corrections, decide
@@ -101,6 +101,19 @@ class Result:
         }
 
 
+class _Current:
+    """The simulator's surroundings: its catalog is always current, and it has no site limits."""
+
+    async def fresher_catalog(self, *, must: bool) -> Catalog | None:
+        return None
+
+    async def site_limits(self) -> SiteLimits | None:
+        return None
+
+
+_CURRENT = _Current()
+
+
 class Simulation:
     def __init__(
         self, scenario: Scenario, settings: Settings, classes: dict[str, JobClass], *, seed: int | None = None
@@ -118,10 +131,11 @@ class Simulation:
         self.priorities: dict[int, float] = {}
         self.group_corrections: dict[str, float] = {}
         self._changes = 0
+        self.matching = settings.effective_matching
         self.query = ResourceDescription(
             site=self.clock.site, cpu_time=self.clock.cpu_time, platform=self.clock.platform,
             job_type=self.clock.job_type, tags=self.clock.tags,
-        ).to_query(settings.matching)  # fmt: skip
+        ).to_query(self.matching)  # fmt: skip
         self._classes = {i: self._priority_class(s) for i, s in enumerate(scenario.streams)}
 
     def _priority_class(self, stream: Stream) -> int:
@@ -171,25 +185,12 @@ class Simulation:
     def _runtime(self, submitter: Submitter) -> float:
         return float(self.random.exponential(submitter.runtime_hours * SECONDS_PER_HOUR))
 
-    def _match(self, seconds: float) -> str | None:
-        """One free slot asks for a job: the group it starts, or None when nothing is eligible."""
-        options = self.settings.matching
-        while True:
-            entry = choose(self.catalog, eligible(self.catalog, self.query), options, self.rng)
-            if entry is None:
-                return None
-            level = choose_level(entry, options, self.rng)
-            if level is None:
-                self.catalog.drain(entry)
-                continue
-            queue = self.world.queues[entry.tq_id]
-            submitter = self.world.claim(queue, level, seconds, self._runtime)
-            if submitter is None:
-                self.catalog.drain(entry, level)  # the level's count was an upper bound
-                continue
-            if queue.waiting == 0:
-                self.catalog.drain(entry)  # the service deletes the emptied TQ
-            return submitter.owner_group
+    async def _match(self, seconds: float) -> str | None:
+        """One free slot asks for a job: the group it starts, or None when nothing is eligible.
+        The service's match loop, with the world as its claims."""
+        matcher = Matcher(self.catalog, self.query, self.matching, self.rng)
+        claimed = await match(matcher, self.world.claims_at(seconds, self._runtime), _CURRENT)
+        return None if claimed is None else claimed.job.owner_group
 
     # --- the clock -------------------------------------------------------------------------------
 
@@ -203,7 +204,7 @@ class Simulation:
         step, end = clock.step_seconds, clock.hours * SECONDS_PER_HOUR
         streams = self.scenario.streams
         result = Result(clock.hours, 0.0, 0, corrections_on=priority.corrections_enabled,
-                        policy=priority.policy, lottery=self.settings.matching.lottery.value)  # fmt: skip
+                        policy=priority.policy, lottery=self.matching.lottery.value)  # fmt: skip
         totals = result.groups
         for s in streams:
             totals.setdefault(s.job.owner_group, Totals())
@@ -228,7 +229,7 @@ class Simulation:
                 while next_priority <= seconds:
                     next_priority += priority.interval_seconds
             for _ in range(clock.slots - len(self.world.running)):
-                group = self._match(seconds)
+                group = await self._match(seconds)
                 if group is None:
                     break  # the slots are alike: what one cannot get, none can
                 totals[group].started += 1

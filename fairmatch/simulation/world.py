@@ -22,6 +22,7 @@ from fairmatch.accounting.usage import Charge, Node, Total, WindowedUsage, charg
 from fairmatch.jobs.classes import JobClass
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_key, requirements_of
+from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome
 from fairmatch.priority.dirac import GroupPolicy
 from fairmatch.priority.groups import stored_values
 from fairmatch.priority.history import sample_rows
@@ -100,7 +101,11 @@ class World:
         """Queue `jobs` equal jobs; returns their TQ and whether it is new."""
         built = self._built.get((requirements_key(spec), priority_class))
         if built is None:  # a stream's jobs all have the same requirements: build and hash them once
-            requirements = requirements_of(spec.model_copy(update={"priority_class": priority_class}), self.settings)
+            requirements = requirements_of(
+                spec.model_copy(update={"priority_class": priority_class}),
+                self.settings.jobs,
+                self.settings.taskqueues.cpu_buckets,
+            )
             built = self._built[(requirements_key(spec), priority_class)] = (requirements, requirements.hash)
         requirements, digest = built
         queue = self._by_hash.get(digest)
@@ -135,6 +140,10 @@ class World:
         key = (submitter.owner_group, submitter.owner)
         self.running_per[key] = self.running_per.get(key, 0) + 1
         return submitter
+
+    def claims_at(self, now: float, runtime_of: Callable[[Submitter], float]) -> WorldClaims:
+        """The match's claim port at simulated second `now`."""
+        return WorldClaims(self, now, runtime_of)
 
     def finish_until(self, now: float) -> list[Running]:
         """The running jobs that ended by `now`, charged as Done with their run time in CPU."""
@@ -269,3 +278,23 @@ class Inputs:
 
     async def class_priorities(self) -> dict[str, int]:
         return {name: c.priority for name, c in self.world.classes.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class WorldClaims:
+    """The world as the match's claim port (`fairmatch.matching.matcher.Claims`): a claim
+    starts the oldest job of the level. The world has no site limits, named jobs or
+    request ids, and the simulated pilots never ask for them."""
+
+    world: World
+    now: float
+    runtime_of: Callable[[Submitter], float]
+
+    async def claim(self, target: ClaimTarget) -> Outcome:
+        if target.job_id is not None or target.limits is not None:
+            raise ValueError("the simulated world claims by level only")
+        queue = self.world.queues[target.tq_id]
+        submitter = self.world.claim(queue, target.level, self.now, self.runtime_of)
+        if submitter is None:
+            return Missed(level_empty=True)  # the catalog's level count was an upper bound
+        return Claimed(job=submitter, tq_now_empty=queue.waiting == 0)

@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import select
 
 from fairmatch.clock import utcnow
-from fairmatch.db.claims import ClaimDB, Claimed, ClaimTarget
+from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import usage_charges
 from fairmatch.jobs.models import StatusUpdate
+from fairmatch.matching.matcher import Claimed, ClaimTarget
 from fairmatch.services import accounting, jobs, taskqueues
 from tests.db.world import World
 
@@ -37,11 +38,8 @@ async def test_a_queue_the_sweep_deletes_never_lends_its_id_to_the_next_new_queu
         await world.submit([{"owner": "alice", "owner_group": "g"}])
         emptied = await only_queue_id(world)
         # a bare claim leaves the emptied queue in place, for the sweep to find
-        now = utcnow()
-        claimed = await ClaimDB.of(conn).claim(
-            ClaimTarget(emptied, level=1.0), site=PILOT["Site"], pilot_reference=None, requester="pilot",
-            request_id=None, now=now, lease_until=now + timedelta(minutes=10), rng=random.Random(1),
-        )  # fmt: skip
+        claimant = Claimant(PILOT["Site"], pilot_reference=None, requester="pilot", request_id=None, lease_seconds=600)
+        claimed = await ClaimDB.claiming(conn, claimant, random.Random(1)).claim(ClaimTarget(emptied, level=1.0))
         assert isinstance(claimed, Claimed)
         assert await taskqueues.delete_all_empty(conn) == 1
         assert await world.task_queues() == []

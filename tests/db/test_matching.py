@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
 
 from fairmatch.clock import utcnow
-from fairmatch.db.claims import ClaimDB, Claimed, ClaimTarget, Missed
+from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import jobs, task_queues, tq_jobs
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_of
+from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.services import matching, submission
 from fairmatch.services.keeper import Keeper
@@ -39,12 +39,9 @@ async def scalar(engine, stmt):
 
 
 async def claim(engine, target: ClaimTarget, site: str = "LCG.CERN.cern", seed: int = 1):
-    now = utcnow()
+    claimant = Claimant(site, pilot_reference=None, requester="pilot", request_id=None, lease_seconds=NOW_LEASE)
     async with engine.connect() as conn:
-        return await ClaimDB.of(conn).claim(
-            target, site=site, pilot_reference=None, requester="pilot", request_id=None,
-            now=now, lease_until=now + timedelta(seconds=NOW_LEASE), rng=random.Random(seed),
-        )  # fmt: skip
+        return await ClaimDB.claiming(conn, claimant, random.Random(seed)).claim(target)
 
 
 async def test_a_claim_takes_exactly_one_job_of_the_level_and_matches_it(engine, settings):
@@ -74,9 +71,9 @@ async def test_a_named_job_is_claimed_once(engine, settings):
     job_id, tq_id = queued[1]["job_id"], queued[1]["task_queue_id"]
     async with engine.connect() as conn, read_transaction(conn):
         assert await ClaimDB.of(conn).queue_of(job_id) == (tq_id, 1.0)
-    first = await claim(engine, ClaimTarget(tq_id, job_id=job_id))
+    first = await claim(engine, ClaimTarget(tq_id, 1.0, job_id=job_id))
     assert isinstance(first, Claimed) and first.job.id == job_id
-    again = await claim(engine, ClaimTarget(tq_id, job_id=job_id))
+    again = await claim(engine, ClaimTarget(tq_id, 1.0, job_id=job_id))
     assert isinstance(again, Missed)
     async with engine.connect() as conn, read_transaction(conn):
         assert await ClaimDB.of(conn).queue_of(job_id) is None
@@ -99,7 +96,7 @@ async def test_concurrent_matches_never_share_a_job(engine, settings):
 
 async def test_find_or_create_returns_the_same_queue_for_the_same_requirements(engine, settings):
     spec = JobSpec(owner="alice", owner_group="lhcb_user", priority_class=0, sites=["A", "B"])
-    reqs = requirements_of(spec, settings)
+    reqs = requirements_of(spec, settings.jobs, settings.taskqueues.cpu_buckets)
     async with engine.connect() as conn:
         async with conn.begin():
             first, created = await TaskQueueDB.of(conn).find_or_create([reqs], utcnow())
