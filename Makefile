@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench clean
+.PHONY: install run test docs bench clean
 
 # serving needs only the runtime dependencies; the tests add the dev extras
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
@@ -35,6 +35,12 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+# The documentation site (docs/, mkdocs.yml) served at http://127.0.0.1:8001 and rebuilt on
+# every change; the reference pages are rendered from the code. DOCS_ARGS=build: build it into site/.
+DOCS_ARGS ?= serve --dev-addr 127.0.0.1:8001
+docs: install
+	$(BIN)/mkdocs $(DOCS_ARGS) --strict
 
 # The benchmark (bench/README.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
 # make bench BENCH_ARGS=--quick   or   BENCH_ARGS="--only lhcb,soak --seconds 30"
