@@ -7,8 +7,9 @@ queue under test, with no HTTP, no matching and no bookkeeping.
 
 `legacy_dirac` is DIRAC's TaskQueueDB.matchAndGetJob transcribed onto
 fairmatch's tables, which mirror DIRAC's (task_queues ~ tq_TaskQueues,
-tq_sites / tq_banned_sites / tq_platforms / tq_job_types ~ tq_TQTo*,
-tq_jobs ~ tq_Jobs). Script: references/legacy_dirac.sql. Transcribed:
+tq_jobs ~ tq_Jobs); DIRAC's one table per multi-valued requirement (tq_TQTo*)
+is built for the run from the task queues' value lists (bench_tq_sites,
+bench_tq_banned_sites, ...). Script: references/legacy_dirac.sql. Transcribed:
 
 - the queue draw: one SELECT over task_queues with `cpu_time <= CPUTime`,
   per multi-valued requirement "the queue lists no value, or lists one of the
@@ -40,8 +41,8 @@ What differs:
 - PostgreSQL instead of MariaDB, and no RPC or HTTP layer: it measures the
   SQL alone, like DIRAC's TaskQueueDB called directly.
 
-Both runs change the database: bare_claim creates and drops `bench_queue`;
-legacy_dirac matches waiting jobs of the fairmatch database (they become
+Both runs change the database: bare_claim creates and drops `bench_queue`,
+legacy_dirac its pilot and value tables; legacy_dirac matches waiting jobs of the fairmatch database (they become
 Matched, as in a fairmatch run) and counts its matches from tq_jobs before
 and after, so nothing else may write to the database meanwhile.
 """
@@ -197,6 +198,20 @@ def _read_pilots(pilots: Iterable[dict] | str | Path) -> list[dict]:
     return list(pilots)
 
 
+# DIRAC's tq_TQTo* tables: one per multi-valued requirement the script tests
+VALUE_TABLES = {field: f"bench_tq_{field}" for field in ("sites", "banned_sites", "platforms", "job_types", "tags")}
+BENCH_TABLES = ", ".join(("bench_pilots", "bench_lost_races", *VALUE_TABLES.values()))
+
+
+def _create_value_tables(conn: psycopg.Connection) -> None:
+    """DIRAC's layout of the value lists: (tq_id, value) rows, as indexed as DIRAC's."""
+    for field, table in VALUE_TABLES.items():
+        conn.execute(f"CREATE TABLE {table} (tq_id bigint NOT NULL, value text NOT NULL, PRIMARY KEY (tq_id, value))")
+        conn.execute(f"INSERT INTO {table} SELECT DISTINCT id, unnest({field}) FROM task_queues")
+        conn.execute(f"CREATE INDEX ON {table} (value)")
+        conn.execute(f"ANALYZE {table}")
+
+
 def legacy_dirac(url: str, clients: int, seconds: int, pilots: Iterable[dict] | str | Path) -> dict:
     """DIRAC's matchAndGetJob SQL on the fairmatch database (see the module docstring).
 
@@ -208,7 +223,8 @@ def legacy_dirac(url: str, clients: int, seconds: int, pilots: Iterable[dict] | 
     if not rows:
         raise ValueError("no pilot resource descriptions")
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS bench_pilots, bench_lost_races")
+        conn.execute(f"DROP TABLE IF EXISTS {BENCH_TABLES}")
+        _create_value_tables(conn)
         conn.execute(
             "CREATE TABLE bench_pilots (id int PRIMARY KEY, site text NOT NULL,"
             " cpu_time bigint NOT NULL, platforms text[], job_types text[])"
@@ -227,7 +243,7 @@ def legacy_dirac(url: str, clients: int, seconds: int, pilots: Iterable[dict] | 
             ).fetchone()
     finally:
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS bench_pilots, bench_lost_races")
+            conn.execute(f"DROP TABLE IF EXISTS {BENCH_TABLES}")
     matched = waiting_before - waiting_after
     return {
         **result,

@@ -1,7 +1,7 @@
 """Writing a workload straight into a migrated fairmatch PostgreSQL database.
 
-The rows are what `POST /jobs` would have written (task queue, value rows,
-Waiting job, tq_jobs row; no submission events), streamed with COPY FROM
+The rows are what `POST /jobs` would have written (task queue with its value
+lists, Waiting job, tq_jobs row; no submission events), streamed with COPY FROM
 STDIN in one transaction, so a failed load leaves nothing behind.
 
 Every table and column the loader writes is named in this module, so that a
@@ -128,11 +128,11 @@ def _copy_rows(cur: psycopg.Cursor, table: str, columns: Sequence[str], rows: It
 def _create_task_queues(
     cur: psycopg.Cursor, workload: Workload, indices: Sequence[int], first_id: int, now: datetime,
     levels: Mapping[int, Counter[int]],
-) -> tuple[dict[int, int], int]:  # fmt: skip
-    """TQ rows and their value rows; (workload index -> TQ id, value rows).
+) -> dict[int, int]:  # fmt: skip
+    """TQ rows, value lists included; workload index -> TQ id.
     `levels`: the jobs about to be written per TQ index and user priority."""
     ids = {i: first_id + k for k, i in enumerate(indices)}
-    # the schema may repeat the value lists as task_queues columns: filled as the service fills them
+    # the value lists as the service writes them: arrays, or JSON lists
     lists = [(f, isinstance(task_queues.c[f].type.dialect_impl(postgresql.dialect()), ARRAY))
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
     changed = cur.execute("SELECT clock_timestamp()").fetchone()[0]
@@ -149,11 +149,7 @@ def _create_task_queues(
         for i in indices
     ))  # fmt: skip
     _advance(cur, "task_queues", first_id + len(indices) - 1)
-    values = 0
-    for field in MULTI_VALUE_FIELDS:
-        rows = ((ids[i], v) for i in indices for v in reqs[i].values(field))
-        values += _copy_rows(cur, f"tq_{field}", ("tq_id", "value"), rows)
-    return ids, values
+    return ids
 
 
 def _stored_levels(jobs: Mapping[int, int], stored: Sequence[Sequence[float]] = ()) -> list[list[float]]:
@@ -296,11 +292,9 @@ def load(url: str, workload: Workload, *, progress: Progress | None = print) -> 
                 raise ValueError("the database already holds task queues or jobs; load wants an empty one")
             runs = _runs(workload.jobs, _next_id(cur, "jobs"), workload.user_priorities)
             indices = range(len(workload.requirements))
-            tq_ids, values = _create_task_queues(
-                cur, workload, indices, _next_id(cur, "task_queues"), now, _levels(runs)
-            )
-            report = {"workload": workload.name, "task_queues": len(tq_ids), "values": values,
-                      "jobs": workload.total_jobs, "foreign_key_checks": checked}  # fmt: skip
+            tq_ids = _create_task_queues(cur, workload, indices, _next_id(cur, "task_queues"), now, _levels(runs))
+            report = {"workload": workload.name, "task_queues": len(tq_ids), "jobs": workload.total_jobs,
+                      "foreign_key_checks": checked}  # fmt: skip
             report |= _copy_jobs(cur, workload, tq_ids, runs, now, progress)
         return _finish(conn, report, started, progress)
 
@@ -318,7 +312,7 @@ def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress 
             cur.execute("SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority")
             by_level = dict(cur.fetchall())
             waiting = sum(by_level.values())
-            report = {"workload": workload.name, "waiting_before": waiting, "task_queues": 0, "values": 0,
+            report = {"workload": workload.name, "waiting_before": waiting, "task_queues": 0,
                       "foreign_key_checks": checked}  # fmt: skip
             add = total_jobs - waiting
             if add <= 0:
@@ -335,9 +329,9 @@ def top_up(url: str, workload: Workload, total_jobs: int, *, progress: Progress 
             _add_levels(cur, {tq_ids[i]: n for i, n in levels.items() if i in tq_ids})
             missing = [i for i, h in enumerate(workload.hashes) if h not in found]
             if missing:
-                created, values = _create_task_queues(cur, workload, missing, _next_id(cur, "task_queues"), now, levels)
+                created = _create_task_queues(cur, workload, missing, _next_id(cur, "task_queues"), now, levels)
                 tq_ids |= created
-                report |= {"task_queues": len(created), "values": values}
+                report["task_queues"] = len(created)
             report["jobs"] = add
             report |= _copy_jobs(cur, workload, tq_ids, runs, now, progress)
         return _finish(conn, report, started, progress)

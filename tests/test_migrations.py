@@ -1,12 +1,14 @@
 """Migrations and models agree, on every backend, both ways."""
 
+from datetime import UTC, datetime
+
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from fairmatch.db import migrate
-from fairmatch.db.tables import metadata
+from fairmatch.db.tables import metadata, task_queues
 from tests.conftest import BACKENDS, new_database
 
 
@@ -107,3 +109,45 @@ def test_every_id_table_keeps_autoincrement_at_head_on_sqlite(tmp_path):
         created = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all())
     engine.dispose()
     assert {name for name, sql in created.items() if "AUTOINCREMENT" in sql} == ID_TABLES
+
+
+VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
+
+
+def _value_rows(conn: sa.Connection) -> set[tuple[str, int, str]]:
+    return {
+        (field, tq_id, value)
+        for field in VALUE_FIELDS
+        for tq_id, value in conn.execute(sa.text(f"SELECT tq_id, value FROM tq_{field}"))
+    }
+
+
+def test_value_tables_fold_into_the_task_queue_columns_and_come_back(fresh_database):
+    """0013 drops the tq_<field> tables: a column left NULL takes its table's values first,
+    and a downgrade rebuilds the tables from the columns."""
+    migrate.upgrade(fresh_database.url, "0012")
+    engine = fresh_database.engine()
+    tq = sa.Table("task_queues", sa.MetaData(), *(sa.Column(c.name, c.type) for c in task_queues.columns))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    keys = {"owner": "alice", "owner_group": "g", "vo": "vo", "cpu_time": 3600, "priority_class": 0,
+            "priority": 1.0, "levels": [], "created_at": now, "changed_at": now}  # fmt: skip
+    with engine.begin() as conn:
+        listed = {f: [] for f in VALUE_FIELDS} | {"sites": ["A", "B"], "platforms": ["el9"]}
+        conn.execute(tq.insert().values(id=1, requirements_hash="h1", **keys, **listed))
+        conn.execute(tq.insert().values(id=2, requirements_hash="h2", **keys))  # lists in the tables only
+        rows = [("sites", 1, "A"), ("sites", 1, "B"), ("platforms", 1, "el9"),
+                ("sites", 2, "C"), ("banned_sites", 2, "D"), ("tags", 2, "GPU"), ("tags", 2, "big")]  # fmt: skip
+        for field, tq_id, value in rows:
+            conn.execute(sa.text(f"INSERT INTO tq_{field} (tq_id, value) VALUES (:t, :v)"), {"t": tq_id, "v": value})
+    migrate.upgrade(fresh_database.url, "head")
+    with engine.connect() as conn:
+        stored = {r.id: r for r in conn.execute(sa.select(tq).order_by(tq.c.id))}
+        assert not {f"tq_{field}" for field in VALUE_FIELDS} & set(sa.inspect(conn).get_table_names())
+    assert [(stored[1].sites, stored[1].platforms, stored[1].tags)] == [(["A", "B"], ["el9"], [])]
+    assert [(stored[2].sites, stored[2].banned_sites, stored[2].tags, stored[2].grid_ces)] == [
+        (["C"], ["D"], ["GPU", "big"], [])
+    ]
+    migrate.downgrade(fresh_database.url, "0012")
+    with engine.connect() as conn:
+        assert _value_rows(conn) == set(rows)
+    engine.dispose()

@@ -1,4 +1,5 @@
--- DIRAC's TaskQueueDB.matchAndGetJob transcribed onto fairmatch's tables:
+-- DIRAC's TaskQueueDB.matchAndGetJob transcribed onto fairmatch's tables and DIRAC's
+-- value tables built from them (bench_tq_*):
 -- no locks, every statement autocommitted (see bench/references.py).
 -- :n is the number of rows of bench_pilots; each transaction is one pilot.
 \set p random(1, :n)
@@ -9,16 +10,16 @@ SELECT COALESCE((
     FROM task_queues AS tq, bench_pilots AS p
     WHERE p.id = :p
       AND tq.cpu_time <= p.cpu_time
-      AND (NOT EXISTS (SELECT 1 FROM tq_sites AS v WHERE v.tq_id = tq.id)
-           OR p.site IN (SELECT v.value FROM tq_sites AS v WHERE v.tq_id = tq.id))
-      AND p.site NOT IN (SELECT v.value FROM tq_banned_sites AS v WHERE v.tq_id = tq.id)
+      AND (NOT EXISTS (SELECT 1 FROM bench_tq_sites AS v WHERE v.tq_id = tq.id)
+           OR p.site IN (SELECT v.value FROM bench_tq_sites AS v WHERE v.tq_id = tq.id))
+      AND p.site NOT IN (SELECT v.value FROM bench_tq_banned_sites AS v WHERE v.tq_id = tq.id)
       AND (p.platforms IS NULL
-           OR NOT EXISTS (SELECT 1 FROM tq_platforms AS v WHERE v.tq_id = tq.id)
-           OR EXISTS (SELECT 1 FROM tq_platforms AS v WHERE v.tq_id = tq.id AND v.value = ANY (p.platforms)))
+           OR NOT EXISTS (SELECT 1 FROM bench_tq_platforms AS v WHERE v.tq_id = tq.id)
+           OR EXISTS (SELECT 1 FROM bench_tq_platforms AS v WHERE v.tq_id = tq.id AND v.value = ANY (p.platforms)))
       AND (p.job_types IS NULL
-           OR NOT EXISTS (SELECT 1 FROM tq_job_types AS v WHERE v.tq_id = tq.id)
-           OR EXISTS (SELECT 1 FROM tq_job_types AS v WHERE v.tq_id = tq.id AND v.value = ANY (p.job_types)))
-      AND NOT EXISTS (SELECT 1 FROM tq_tags AS v WHERE v.tq_id = tq.id)
+           OR NOT EXISTS (SELECT 1 FROM bench_tq_job_types AS v WHERE v.tq_id = tq.id)
+           OR EXISTS (SELECT 1 FROM bench_tq_job_types AS v WHERE v.tq_id = tq.id AND v.value = ANY (p.job_types)))
+      AND NOT EXISTS (SELECT 1 FROM bench_tq_tags AS v WHERE v.tq_id = tq.id)
       AND EXISTS (SELECT 1 FROM tq_jobs AS j WHERE j.tq_id = tq.id)
     ORDER BY random() / tq.priority
     LIMIT 1), 0) AS tq \gset

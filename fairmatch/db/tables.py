@@ -1,9 +1,9 @@
 """The schema: DIRAC's TaskQueueDB layout plus the job lifecycle.
 
 A task queue (TQ) groups the waiting jobs whose requirements are identical.
-Its single-valued keys are columns; each multi-valued requirement has a table
-of its own with one row per value, so that matching is a set of indexed
-EXISTS tests. `tq_jobs` holds exactly the jobs that are Waiting.
+Its keys are columns, each multi-valued requirement a list column (an array on
+PostgreSQL): matching keeps a copy of the rows and tests them in memory.
+`tq_jobs` holds exactly the jobs that are Waiting.
 """
 
 from __future__ import annotations
@@ -60,9 +60,8 @@ task_queues = Table(
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    # The value lists again, as arrays on PostgreSQL (JSON lists on SQLite), written
-    # once with the TQ: matching tests them in the row it reads anyway, where the
-    # value tables would cost a probe per field and TQ.
+    # The value lists (sites, banned sites, ...), sorted: arrays on PostgreSQL, JSON lists
+    # on SQLite; written once with the TQ, read by matching's copy and by the listing.
     *(Column(field, ValueList) for field in MULTI_VALUE_FIELDS),
     # Waiting jobs per user-priority level, [[real_priority, jobs], ...]: exact after each
     # priority-loop run, plus the jobs submitted since (claims are not subtracted, so
@@ -74,24 +73,6 @@ task_queues = Table(
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
-
-def _tq_values_table(field: str) -> Table:
-    return Table(
-        f"tq_{field}",
-        metadata,
-        Column(
-            "tq_id",
-            Id,
-            ForeignKey("task_queues.id", ondelete="CASCADE"),
-            primary_key=True,
-        ),
-        Column("value", String(NAME), primary_key=True),
-        # Matching looks values up from the TQ side; operators ask "which TQs list site X".
-        Index(f"ix_tq_{field}_value", "value"),
-    )
-
-
-tq_values = {field: _tq_values_table(field) for field in MULTI_VALUE_FIELDS}
 
 jobs = Table(
     "jobs",

@@ -22,7 +22,7 @@ from sqlalchemy import ARRAY, Select, String, any_, bindparam, delete, exists, f
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
-from fairmatch.db.tables import task_queues, tq_jobs, tq_values
+from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, levels_of, stored_levels
 
 # For the moment between a TQ's creation and its group's refresh.
@@ -37,7 +37,7 @@ _MATCHING_COLUMNS = [
 
 
 class TaskQueueDB(AreaDB):
-    """The task queues, their value lists and their per-level job counts."""
+    """The task queues: their keys and value lists, priorities and per-level job counts."""
 
     async def find_or_create(
         self, requirements: Iterable[Requirements], now: datetime
@@ -54,7 +54,6 @@ class TaskQueueDB(AreaDB):
             if not missing:
                 return found, new
             created = await self._insert_new([wanted[h] for h in missing], now)
-            await self._insert_values([(created[h], wanted[h]) for h in created])
             new.update(created)
             found.update(await self._lock_existing(missing))
         raise RuntimeError("task queues kept disappearing while being looked up")
@@ -86,13 +85,6 @@ class TaskQueueDB(AreaDB):
             result = await self.conn.execute(stmt.values(rows))
             created.update({h: i for h, i in result.all()})
         return created
-
-    async def _insert_values(self, new_tqs: Sequence[tuple[int, Requirements]]) -> None:
-        """The value-list rows of new TQs."""
-        for field in MULTI_VALUE_FIELDS:
-            rows = [{"tq_id": tq_id, "value": v} for tq_id, r in new_tqs for v in r.values(field)]
-            for part in chunks(rows):
-                await self.conn.execute(tq_values[field].insert(), list(part))
 
     async def _lock_existing(self, hashes: Sequence[str]) -> dict[str, int]:
         """The ids of the TQs with these hashes, held against deletion (on SQLite by the
@@ -181,18 +173,7 @@ class TaskQueueDB(AreaDB):
         stmt = stmt.add_columns(func.coalesce(counts.c.jobs, 0).label("jobs")).outerjoin(
             counts, counts.c.tq_id == task_queues.c.id
         )
-        tqs = {row.id: _tq_dict(row) for row in await self.conn.execute(stmt)}
-        if not tqs:
-            return []
-        for field in MULTI_VALUE_FIELDS:
-            table = tq_values[field]
-            values = select(table.c.tq_id, table.c.value).order_by(table.c.tq_id, table.c.value)
-            if ids is not None:
-                values = values.where(table.c.tq_id.in_(list(tqs)))
-            for tq_id, value in await self.conn.execute(values):
-                if tq_id in tqs:
-                    tqs[tq_id][field].append(value)
-        return list(tqs.values())
+        return [_tq_dict(row) for row in await self.conn.execute(stmt)]
 
 
 class PostgresTaskQueueDB(PostgresStatements, TaskQueueDB, dialect="postgresql"):
@@ -233,6 +214,6 @@ def _tq_dict(row: Any) -> dict[str, Any]:
         "priority": row.priority,
         "priority_origin": row.priority_origin,
         "jobs": row.jobs,
-        **{field: [] for field in MULTI_VALUE_FIELDS},
+        **{field: list(row._mapping[field] or ()) for field in MULTI_VALUE_FIELDS},
         "created_at": as_utc(row.created_at),
     }

@@ -14,7 +14,7 @@ from typing import Any
 
 ANY = "any"
 
-# The requirement fields that hold a list of values (one tq_values table each).
+# The requirement fields that hold a list of values (one task_queues column each).
 MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags")
 
 # Fields where a job listing `any` means "no restriction" (a DIRAC JDL habit:

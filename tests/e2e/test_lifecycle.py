@@ -522,7 +522,7 @@ def test_different_requirements_get_different_task_queues(client, a, b):
 
 
 def assert_nothing_stored(database) -> None:
-    for table in ("jobs", "tq_jobs", "task_queues", "job_events", "tq_sites"):
+    for table in ("jobs", "tq_jobs", "task_queues", "job_events"):
         assert count_rows(database, table) == 0, table
 
 

@@ -359,10 +359,10 @@ def _seed(db, jobs: int) -> None:
         names, values = "".join(f", {c}" for c in extra), "".join(f", {v}" for v in extra.values())
         tq = conn.execute(sa.text(
             "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class,"
-            f" priority, created_at{names}) VALUES ('h', 'u', 'g', 'vo', 3600, 0, 1.0, now(){values}) RETURNING id"
+            f" priority, created_at, sites, banned_sites, grid_ces, platforms, job_types, tags{names})"
+            " VALUES ('h', 'u', 'g', 'vo', 3600, 0, 1.0, now(), '{LCG.A.xx}', '{}', '{}', '{x86_64-el9}', '{}', '{}'"
+            f"{values}) RETURNING id"
         )).scalar_one()  # fmt: skip
-        conn.execute(sa.text("INSERT INTO tq_sites VALUES (:tq, 'LCG.A.xx')"), {"tq": tq})
-        conn.execute(sa.text("INSERT INTO tq_platforms VALUES (:tq, 'x86_64-el9')"), {"tq": tq})
         conn.execute(sa.text(
             "INSERT INTO jobs (status, owner, owner_group, vo, account, cpu_time, requirements, user_priority,"
             " priority_class, task_queue_id, submitted_at)"
