@@ -17,7 +17,7 @@ With site limits in the target, the claimed job is checked against them in
 the claim's own transaction, and the claim rolled back if it breaks one.
 
 Both classes implement the match's claim port (`fairmatch.matching.matcher.Claims`);
-tests/contract/test_claims.py runs the same cases against both and the simulator's.
+tests/db/test_claim_contract.py runs the same cases against both and the simulator's.
 """
 
 from __future__ import annotations

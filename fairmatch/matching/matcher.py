@@ -83,7 +83,7 @@ Outcome = Claimed | Missed | Refused
 class Claims(Protocol):
     """Try to claim one job of a target, atomically: all of it or nothing.
 
-    What every implementation guarantees (tests/contract/test_claims.py):
+    What every implementation guarantees (tests/db/test_claim_contract.py):
     - a job is claimed at most once, however many claims run at once;
     - a level claim takes one of the level's `candidates` lowest job ids, or
       answers Missed(level_empty=True) when the level holds no job;
