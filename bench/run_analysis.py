@@ -21,7 +21,7 @@ from bench.workload_pilots import catalog_of, pilots
 from fairmatch.matching.choice import choose, choose_level
 from fairmatch.matching.eligibility import analysis, eligible
 from fairmatch.matching.resource import ResourceDescription
-from fairmatch.settings import Lottery, MatchingSettings
+from fairmatch.matching.settings import Lottery, MatchingSettings
 
 
 def _percentile(values: list[float], q: float) -> float:

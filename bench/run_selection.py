@@ -20,8 +20,9 @@ from fairmatch.db.engine import create_engine
 from fairmatch.matching.choice import choose, choose_level
 from fairmatch.matching.eligibility import analysis, eligible
 from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.services.keeper import Keeper
-from fairmatch.settings import MatchingSettings, Settings
+from fairmatch.settings import Settings
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -47,9 +48,9 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
     for _ in range(rounds):
         for query in queries:
             started = time.perf_counter()
-            entry = choose(catalog, eligible(catalog, query), settings.matching, rng)
+            entry = choose(catalog, eligible(catalog, query), settings.effective_matching, rng)
             if entry is not None:
-                choose_level(entry, settings.matching, rng)
+                choose_level(entry, settings.effective_matching, rng)
                 chosen += 1
             timings.append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def bare_selections(simulation: Simulation, n: int) -> float:
     """Seconds for n selections on the simulation's final catalog (nothing claimed)."""
-    catalog, options, rng = simulation.catalog, simulation.settings.matching, simulation.rng
+    catalog, options, rng = simulation.catalog, simulation.settings.effective_matching, simulation.rng
     started = time.perf_counter()
     for _ in range(n):
         entry = choose(catalog, eligible(catalog, simulation.query), options, rng)

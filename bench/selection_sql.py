@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 
 from fairmatch.matching.resource import ResourceDescription
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 
 _SCRATCH = """
 DROP TABLE IF EXISTS bench_tq_gin;

@@ -143,7 +143,7 @@ def settle(spec: dict[str, Any]) -> dict[str, Any]:
 def requirements(specs: Sequence[dict[str, Any]], settings: Settings | None = None) -> list[Requirements]:
     """Through the service's own path, so each hash is what POST /jobs computes."""
     settings = settings or load_settings()
-    return [requirements_of(JobSpec(**spec), settings) for spec in specs]
+    return [requirements_of(JobSpec(**spec), settings.jobs, settings.taskqueues.cpu_buckets) for spec in specs]
 
 
 def duplicates(reqs: Sequence[Requirements]) -> list[int]:

@@ -10,7 +10,7 @@ from bench.workload_model import Workload
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.eligibility import eligible
 from fairmatch.matching.resource import ResourceDescription
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 

@@ -28,6 +28,7 @@ from fairmatch.api import (
 from fairmatch.api import groups as groups_api
 from fairmatch.api import status as status_api
 from fairmatch.api.deps import MatchingContext
+from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import TokenVerifier
 from fairmatch.db.engine import RequestConnections, create_engine
 from fairmatch.services import background
@@ -35,7 +36,7 @@ from fairmatch.services.gauges import DatabaseGauges
 from fairmatch.services.keeper import Keeper
 from fairmatch.services.priorities import configured_corrections
 from fairmatch.services.startup import prepare_database
-from fairmatch.settings import AuthMode, Settings, get_settings
+from fairmatch.settings import Settings, get_settings
 
 API_PREFIX = "/api/v1"
 # connections beyond database.pool_size for the process's background work (the task-queue

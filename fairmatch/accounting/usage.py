@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from fairmatch.settings import AccountingSettings
+from fairmatch.accounting.settings import AccountingSettings
 
 Node = tuple[str, str]  # (account, user); user '' is the account itself
 

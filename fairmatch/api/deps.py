@@ -19,10 +19,11 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.auth import policy
+from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import ANONYMOUS_ADMIN, Principal, Role
 from fairmatch.errors import Forbidden, Unauthorized
 from fairmatch.services.keeper import Keeper
-from fairmatch.settings import AuthMode, Settings
+from fairmatch.settings import Settings
 
 
 # Dependencies are coroutines: FastAPI runs plain functions in a thread pool,

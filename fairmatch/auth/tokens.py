@@ -15,8 +15,8 @@ from typing import Any, Literal, overload
 
 import jwt
 
+from fairmatch.auth.settings import AuthSettings
 from fairmatch.errors import Unauthorized
-from fairmatch.settings import AuthSettings
 
 MAX_CLAIM = 255
 MAX_GROUPS = 100

@@ -81,7 +81,7 @@ def refuse_open_bind_without_auth(settings: Settings, host: str) -> None:
     """With authentication off every caller is admin: only loopback, unless told explicitly."""
     import ipaddress
 
-    from fairmatch.settings import AuthMode
+    from fairmatch.auth.settings import AuthMode
 
     if settings.auth.mode is not AuthMode.none or settings.auth.allow_remote_without_auth:
         return

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from fairmatch.clock import as_utc
-from fairmatch.settings import Settings
+from fairmatch.jobs.settings import JobSettings
 
 
 class JobStatus(StrEnum):
@@ -49,9 +49,9 @@ def allowed(current: JobStatus, new: JobStatus) -> bool:
     return new in _ALLOWED.get(current, frozenset())
 
 
-def lease_until(now: datetime, settings: Settings) -> datetime:
+def lease_until(now: datetime, jobs: JobSettings) -> datetime:
     """When a job matched now loses its match unless its pilot reports."""
-    return now + timedelta(seconds=settings.jobs.matched_lease_seconds)
+    return now + timedelta(seconds=jobs.matched_lease_seconds)
 
 
 def lease_lapsed(job: Any, by: datetime) -> bool:
@@ -60,9 +60,9 @@ def lease_lapsed(job: Any, by: datetime) -> bool:
     return job.status == JobStatus.Matched and lease is not None and lease <= by
 
 
-def stalled_out(job: Any, now: datetime, settings: Settings) -> bool:
+def stalled_out(job: Any, now: datetime, jobs: JobSettings) -> bool:
     """Whether the job has been Stalled for `jobs.stalled_fail_seconds`: it was marked
     `stall_timeout_seconds` after its last report, and nothing came since."""
-    silent = timedelta(seconds=settings.jobs.stall_timeout_seconds + settings.jobs.stalled_fail_seconds)
+    silent = timedelta(seconds=jobs.stall_timeout_seconds + jobs.stalled_fail_seconds)
     last = as_utc(job.heartbeat_at)
     return job.status == JobStatus.Stalled and last is not None and last <= now - silent

@@ -10,24 +10,25 @@ from collections.abc import Sequence
 
 from fairmatch.errors import InvalidInput
 from fairmatch.jobs.models import JobSpec
-from fairmatch.settings import Settings
+from fairmatch.jobs.settings import JobSettings
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
 
 
-def requested_cpu_time(spec: JobSpec, settings: Settings) -> int:
-    return spec.cpu_time if spec.cpu_time is not None else settings.jobs.default_cpu_time
+def requested_cpu_time(spec: JobSpec, jobs: JobSettings) -> int:
+    return spec.cpu_time if spec.cpu_time is not None else jobs.default_cpu_time
 
 
-def requirements_of(spec: JobSpec, settings: Settings) -> Requirements:
+def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]) -> Requirements:
+    """The task queue a job goes to; `cpu_buckets` are the `[taskqueues]` ones."""
     assert spec.priority_class is not None, "the priority class is settled before the requirements are built"
     return Requirements.build(
         owner=spec.owner,
         owner_group=spec.owner_group,
-        vo=spec.vo or settings.jobs.default_vo,
-        cpu_time=requested_cpu_time(spec, settings),
+        vo=spec.vo or jobs.default_vo,
+        cpu_time=requested_cpu_time(spec, jobs),
         priority_class=spec.priority_class,
         job_class=spec.job_class,
-        buckets=settings.taskqueues.cpu_buckets,
+        buckets=cpu_buckets,
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
     )
 

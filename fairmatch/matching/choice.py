@@ -13,7 +13,7 @@ import random
 
 from fairmatch.matching.catalog import Catalog, Entry
 from fairmatch.matching.lottery import draw, probabilities
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 
 
 def finalists(catalog: Catalog, eligible: int, prefer_longest_cpu: bool) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fairmatch.settings import Lottery
+from fairmatch.matching.settings import Lottery
 
 _GAUSS_NODES = 96
 # one generator whose state each dirac draw sets from its caller's `random.Random`

@@ -21,7 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from fairmatch.errors import BadRequest
 from fairmatch.fields import Int, Name, NameList
 from fairmatch.jobs.models import MAX_CPU_TIME
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import ANY
 
 # Derived tags are spelled out in SQL; these caps bound them (4 TB, 1024 cores).

@@ -1,4 +1,4 @@
-"""DIRAC's WMSHistory share corrector (DESIGN §4.2), as a pure function.
+"""DIRAC's WMSHistory share corrector, as a pure function.
 
 An entity (a group, or an owner inside a group) that ran more than its share
 over the recent past gets its share multiplied by less than 1, one that ran
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from fairmatch.settings import InstanceConfig, SliceConfig
+from fairmatch.priority.settings import InstanceConfig, SliceConfig
 
 
 @dataclass(frozen=True)

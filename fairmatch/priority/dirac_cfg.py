@@ -14,7 +14,7 @@ cannot hold `#`). Comma-separated lists stay strings: `split_list` splits them.
 A section opened twice is merged, an option set twice keeps the last value,
 as DIRAC does. Every malformed line raises `CfgError` with its line number.
 
-Share corrections (DESIGN §4.2) live in DIRAC under
+Share corrections live in DIRAC under
 `Operations/…/JobScheduling/ShareCorrections/WMSHistory/<instance>/<slice>`.
 `load_corrections` reads them from a `.cfg` or a `.toml` file. What it
 checks, so that a typo cannot silently disable a correction:
@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fairmatch.settings import CorrectionsConfig, InstanceConfig
+from fairmatch.priority.settings import CorrectionsConfig, InstanceConfig
 
 CfgTree = dict[str, Any]
 """A parsed section: option name → str, subsection name → CfgTree."""

@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from fairmatch.priority.facts import TqFacts
-from fairmatch.settings import MultifactorSettings
+from fairmatch.priority.settings import MultifactorSettings
 
 MIN_PRIORITY = 0.001
 USER_PRIORITY_SCALE = 10.0  # the highest user priority

@@ -80,7 +80,7 @@ from statistics import fmean
 from typing import Any, NamedTuple
 
 from fairmatch.priority.facts import TqFacts
-from fairmatch.settings import RankSettings
+from fairmatch.priority.settings import RankSettings
 
 DEFAULT_SHARE = 1000.0  # a group missing from `groups` gets the DB default share
 RANK_DECIMALS = 9

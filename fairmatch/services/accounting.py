@@ -9,11 +9,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.accounting.associations import Association
+from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, fold
 from fairmatch.clock import utcnow
 from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.engine import read_transaction
-from fairmatch.settings import AccountingSettings, Settings
+from fairmatch.settings import Settings
 
 
 def _accounting(settings: Settings | AccountingSettings) -> AccountingSettings:

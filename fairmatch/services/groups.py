@@ -10,7 +10,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.errors import NotFound
 from fairmatch.priority.groups import GroupUpdate, stored_values
-from fairmatch.settings import GroupSettings
+from fairmatch.priority.settings import GroupSettings
 from fairmatch.taskqueues import changes
 
 

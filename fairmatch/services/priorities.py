@@ -27,8 +27,9 @@ from fairmatch.metrics import RECOMPUTE_DURATION
 from fairmatch.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
 from fairmatch.priority.facts import TqFacts
 from fairmatch.priority.rank import RankGroup
+from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
 from fairmatch.services import accounting
-from fairmatch.settings import CorrectionsConfig, PrioritySettings, Settings
+from fairmatch.settings import Settings
 from fairmatch.taskqueues import changes as change_signal
 from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
@@ -436,7 +437,7 @@ async def explain_priorities(
         waiting = await db.waiting_jobs(queues, jobs_limit) if queues and jobs_limit else []
     return {
         "policy": settings.priority.policy,
-        "lottery": settings.matching.lottery.value,
+        "lottery": settings.effective_matching.lottery.value,
         "task_queues": [
             {"task_queue_id": q.id, "owner": q.owner, "owner_group": q.owner_group,
              "priority_class": q.priority_class, "priority": q.priority, "origin": q.priority_origin}

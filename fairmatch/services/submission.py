@@ -33,7 +33,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
     for spec in specs:
         key = requirements_key(spec)
         if key not in built:
-            built[key] = requirements_of(spec, settings)
+            built[key] = requirements_of(spec, settings.jobs, settings.taskqueues.cpu_buckets)
     reqs = [built[requirements_key(spec)] for spec in specs]
     distinct = dict.fromkeys(reqs)
     hashes = {r: r.hash for r in distinct}
@@ -47,7 +47,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
                 "owner_group": r.owner_group,
                 "vo": r.vo,
                 "account": spec.charged_account,
-                "cpu_time": requested_cpu_time(spec, settings),
+                "cpu_time": requested_cpu_time(spec, settings.jobs),
                 "requirements": as_json[r],
                 "user_priority": spec.user_priority,
                 "real_priority": real_priority(spec.user_priority),

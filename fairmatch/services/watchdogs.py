@@ -66,7 +66,7 @@ async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Setting
         try:
             if settings.jobs.reschedule_stalled:
                 done = await reschedule(conn, job_id, now, settings, source="stall", minor_status=STALLED_TOO_LONG,
-                                        only_if=lambda row: stalled_out(row, now, settings), counted=True)  # fmt: skip
+                                        only_if=lambda row: stalled_out(row, now, settings.jobs), counted=True)  # fmt: skip
             else:
                 done = await _fail_stalled(conn, job_id, now, settings)
         except (Conflict, NotFound):
@@ -80,7 +80,7 @@ async def _fail_stalled(conn: AsyncConnection, job_id: int, now: datetime, setti
     async with conn.begin():
         job_db = JobDB.of(conn)
         locked = await lock_for_transition(job_db, job_id, JobStatus.Failed, UNRESTRICTED)
-        if not stalled_out(locked, now, settings):
+        if not stalled_out(locked, now, settings.jobs):
             return None
         row = await job_db.update(job_id, status=JobStatus.Failed.value, minor_status=STALLED_TOO_LONG, finished_at=now)
         await job_db.record_events([job_id], JobStatus.Failed, now, "stall", STALLED_TOO_LONG)

@@ -25,7 +25,8 @@ from fairmatch.accounting.associations import (
 from fairmatch.fields import Int, Name, NameList
 from fairmatch.jobs.classes import JobClass, JobClassSpec
 from fairmatch.jobs.models import MAX_CPU_TIME, JobSpec
-from fairmatch.settings import DIRAC_CPU_BUCKETS, Settings
+from fairmatch.settings import Settings
+from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 MAX_HOURS = 24 * 366
 MAX_SLOTS = 1_000_000

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
-from fairmatch.settings import AuthSettings
 from tests.conftest import PerBackend, Server, servers_of
 
 TOKEN_SECRET = "end-to-end test secret, long enough for HS256"

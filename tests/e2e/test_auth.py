@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
-from fairmatch.settings import AuthSettings
 from tests.conftest import REPO, start_server
 from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
 from tests.e2e.problems import assert_problem

@@ -16,7 +16,7 @@ from fairmatch.matching.resource import ResourceDescription
 
 AUTH = Path(__file__).resolve().parents[2] / "fairmatch" / "auth"
 # fairmatch/auth is below every domain package: it may use only these of fairmatch
-AUTH_MAY_IMPORT = {"fairmatch.auth", "fairmatch.errors", "fairmatch.settings"}
+AUTH_MAY_IMPORT = {"fairmatch.auth", "fairmatch.errors", "fairmatch.sections"}
 
 
 def _app_imports(path: Path) -> set[str]:

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from fairmatch.matching.eligibility import CONDITION_NAMES, analysis, conditions, eligible
 from fairmatch.matching.resource import ResourceDescription
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 from tests.unit.catalogs import CHANGED, catalog_of, tq_row
 
 

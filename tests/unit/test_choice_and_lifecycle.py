@@ -7,7 +7,7 @@ import pytest
 
 from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed
 from fairmatch.matching.choice import chances, choose, choose_level, finalists
-from fairmatch.settings import Lottery, MatchingSettings
+from fairmatch.matching.settings import Lottery, MatchingSettings
 from tests.unit.catalogs import catalog_of, tq_row
 
 TQS = [

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fairmatch.priority.corrector import correct
-from fairmatch.settings import InstanceConfig, SliceConfig
+from fairmatch.priority.settings import InstanceConfig, SliceConfig
 
 
 def instance(max_global: float = 3, group: str | None = None, **slices: tuple[float, float]) -> InstanceConfig:

@@ -14,7 +14,7 @@ from fairmatch.priority.dirac_cfg import (
     parse_cfg,
     split_list,
 )
-from fairmatch.settings import CorrectionsConfig, InstanceConfig, SliceConfig
+from fairmatch.priority.settings import CorrectionsConfig, InstanceConfig, SliceConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # the example shipped with the repository, a verbatim copy of the one in

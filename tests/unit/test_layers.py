@@ -1,7 +1,9 @@
 """The layers of `fairmatch/` and the rules between them, read from the imports.
 
-    base      settings, errors, clock, fields, logs, metrics, metrics_dir
-    domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure)
+    base      errors, clock, fields, logs, metrics, metrics_dir, sections
+    domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure;
+              each package's settings section is its own `settings` module)
+    config    settings: the composition root that puts the sections together
     db        the schema and one data-access class per area (the only SQL)
     services  the use cases: transactions, several areas together, background loops;
               simulation (the service's decisions on a simulated clock)
@@ -25,8 +27,9 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "fairmatch"
 
 LAYERS = {
-    "base": {"settings", "errors", "clock", "fields", "logs", "metrics", "metrics_dir"},
+    "base": {"errors", "clock", "fields", "logs", "metrics", "metrics_dir", "sections"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
+    "config": {"settings"},
     "db": {"db", "migrations"},
     "services": {"services", "simulation"},
     "interfaces": {"api", "cli"},

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from fairmatch.matching.lottery import draw, probabilities
-from fairmatch.settings import Lottery
+from fairmatch.matching.settings import Lottery
 
 DRAWS = 40_000
 

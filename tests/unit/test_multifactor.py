@@ -8,7 +8,7 @@ import pytest
 
 from fairmatch.priority import multifactor as mf
 from fairmatch.priority.facts import TqFacts
-from fairmatch.settings import MultifactorSettings, MultifactorWeights
+from fairmatch.priority.settings import MultifactorSettings, MultifactorWeights
 
 NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 BUCKETS_2009 = [500, 5000, 50000, 300000]

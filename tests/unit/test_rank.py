@@ -13,7 +13,7 @@ import pytest
 
 from fairmatch.priority.facts import TqFacts
 from fairmatch.priority.rank import RankGroup, UsageRow, band_priorities, decide, vo_targets
-from fairmatch.settings import RankSettings
+from fairmatch.priority.settings import RankSettings
 
 SUBMITTED = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fairmatch.settings import DIRAC_CPU_BUCKETS
 from fairmatch.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
+from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 BUCKETS_2009 = [500, 5000, 50000, 300000]
 

@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from fairmatch.errors import BadRequest
 from fairmatch.matching.resource import ResourceDescription, derived_tags
-from fairmatch.settings import MatchingSettings
+from fairmatch.matching.settings import MatchingSettings
 
 
 def test_dirac_keys_and_snake_case_aliases_are_the_same_resource():

@@ -24,9 +24,10 @@ from starlette.routing import BaseRoute
 from fairmatch.api import problems
 from fairmatch.api.deps import OPEN_PATHS, Admin, AnyRole, Operators, Submitters, allow
 from fairmatch.auth import policy
+from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Principal, Role, TokenVerifier, create_token
 from fairmatch.main import API_PREFIX, create_app
-from fairmatch.settings import AuthSettings, load_settings
+from fairmatch.settings import load_settings
 
 SECRET = "route roles test secret, long enough for HS256"
 AUTH = AuthSettings(mode="token", secret=SECRET)

@@ -5,7 +5,9 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from fairmatch.settings import DIRAC_CPU_BUCKETS, ConfigFileError, Lottery, Settings
+from fairmatch.matching.settings import Lottery
+from fairmatch.settings import ConfigFileError, Settings
+from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 
 @pytest.fixture
@@ -25,8 +27,9 @@ def test_defaults(no_config):
     s = Settings()
     assert s.database_url == "sqlite+aiosqlite:///./fairmatch.db"
     assert s.taskqueues.cpu_buckets == DIRAC_CPU_BUCKETS
-    assert s.matching.lottery is Lottery.exact
-    assert s.matching.prefer_longest_cpu is True
+    assert s.matching.lottery is None  # the policy's own, as matching reads it:
+    assert s.effective_matching.lottery is Lottery.exact
+    assert s.effective_matching.prefer_longest_cpu is True
     assert s.matching.jobs_per_try == 10
     assert s.jobs.matched_lease_seconds == 7200
 
@@ -84,9 +87,9 @@ def test_unknown_lottery_and_unknown_keys_are_errors(no_config, monkeypatch):
 )
 def test_the_lottery_defaults_to_the_policys_own(no_config, monkeypatch, policy, lottery):
     monkeypatch.setenv("FAIRMATCH_PRIORITY__POLICY", policy)
-    assert Settings().matching.lottery is lottery
+    assert Settings().effective_matching.lottery is lottery
     monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERY", "dirac")
-    assert Settings().matching.lottery is Lottery.dirac  # an explicit choice wins
+    assert Settings().effective_matching.lottery is Lottery.dirac  # an explicit choice wins
 
 
 def test_prepared_statements_setting_from_file_and_environment(no_config, monkeypatch):
@@ -110,10 +113,11 @@ def test_prepared_statements_setting_from_file_and_environment(no_config, monkey
 
 def test_multifactor_draws_over_every_cpu_bucket_unless_told(no_config):
     """Under multifactor job size is a factor: narrowing to the longest bucket first would void it."""
-    assert Settings(priority={"policy": "multifactor"}).matching.prefer_longest_cpu is False
-    assert Settings(priority={"policy": "dirac"}).matching.prefer_longest_cpu is True
+    assert Settings(priority={"policy": "multifactor"}).effective_matching.prefer_longest_cpu is False
+    assert Settings(priority={"policy": "dirac"}).effective_matching.prefer_longest_cpu is True
     without_job_size = {"policy": "multifactor", "multifactor": {"weights": {"job_size": 0}}}
-    assert Settings(priority=without_job_size, matching={"prefer_longest_cpu": True}).matching.prefer_longest_cpu
+    told = Settings(priority=without_job_size, matching={"prefer_longest_cpu": True})
+    assert told.effective_matching.prefer_longest_cpu
 
 
 @pytest.mark.parametrize(
@@ -150,3 +154,14 @@ def test_the_worked_example_of_the_readme_loads(no_config, monkeypatch):
     assert instance.group is None and instance.slices["LastTwoMinutes"].time_span == 120
     jobs = [JobSpec(**job) for job in json.loads((example / "jobs.json").read_text())["jobs"]]
     assert len(jobs) == 180 and {job.cpu_time for job in jobs} == {43200}
+
+
+def test_the_sections_stay_as_written(no_config):
+    """The policy's matching defaults are resolved apart; no section is changed once loaded."""
+    s = Settings(priority={"policy": "multifactor"})
+    assert (s.matching.lottery, s.matching.prefer_longest_cpu) == (None, True)
+    assert (s.effective_matching.lottery, s.effective_matching.prefer_longest_cpu) == (Lottery.highest, False)
+    with pytest.raises(ValidationError, match="frozen"):
+        s.matching.prefer_longest_cpu = False
+    with pytest.raises(ValidationError, match="frozen"):
+        s.priority.policy = "rank"

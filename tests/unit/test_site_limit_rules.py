@@ -8,7 +8,8 @@ import pytest
 
 from fairmatch.limits.rules import Attribute, Limit, LimitState, SiteLimits, from_settings, with_banned
 from fairmatch.matching.resource import ResourceDescription
-from fairmatch.settings import MatchingSettings, Settings
+from fairmatch.matching.settings import MatchingSettings
+from fairmatch.settings import Settings
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SITE = "LCG.A.ch"

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from fairmatch.accounting import usage
+from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.engine import create_engine, read_transaction
 from fairmatch.db.tables import associations, usage_charges, usage_totals
 from fairmatch.services import accounting
-from fairmatch.settings import AccountingSettings
 
 # a Monday
 T0 = datetime(2026, 3, 30, 10, 0, tzinfo=UTC)

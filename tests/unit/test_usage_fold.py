@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.accounting.usage import Charge, Total, after_charge, current_usage, fold, path_to_root
-from fairmatch.settings import AccountingSettings
 
 T0 = datetime(2026, 3, 30, 10, 0, tzinfo=UTC)  # a Monday
 PARENTS = {"root": "", "physics": "root", "theory": "physics", "chem": "root"}

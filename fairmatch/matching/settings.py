@@ -1,0 +1,60 @@
+"""`[matching]`: how a pilot's request picks a task queue and a job."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from fairmatch.sections import Section
+
+
+class Lottery(StrEnum):
+    exact = "exact"
+    dirac = "dirac"
+    highest = "highest"
+
+
+class MatchingSettings(Section):
+    lottery: Lottery | None = Field(
+        None,
+        description="How a task queue is drawn among the finalists: `exact` "
+        "(P proportional to priority), `dirac` (DIRAC's RAND()/Priority, biased) or "
+        "`highest` (deterministic, random tie-break). Unset: the policy's own "
+        "(dirac: exact; rank and multifactor: highest).",
+    )
+    prefer_longest_cpu: bool = Field(
+        True,
+        description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket. "
+        "The multifactor policy, where job size is a factor, defaults to false.",
+    )
+    jobs_per_try: int = Field(
+        10, ge=1, le=1000, description="Inside a TQ, pick at random among this many lowest job ids."
+    )
+    claim_attempts: int = Field(8, ge=1, le=100, description="How often a lost claim is retried before answering 204.")
+    refresh_seconds: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="How often each process reads the task queues other processes changed "
+        "(a new TQ is matchable everywhere within about this long).",
+    )
+    refresh_margin_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="Each read looks back this far before the previous one, for transactions "
+        "that changed a TQ before it and committed after it.",
+    )
+    reload_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="How often each process reads the ids of all task queues, so that those "
+        "other processes deleted leave its copy.",
+    )
+    unstated_fields: Literal["strict", "dirac"] = Field(
+        "strict",
+        description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
+        "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
+    )
