@@ -46,7 +46,7 @@ def decode_cursor(cursor: str) -> int:
 @router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
 async def submit_jobs(body: SubmitRequest, caller: Submitters, conn: Connection, settings: CurrentSettings) -> dict:
     """All jobs are queued, or none is. A job naming a job class gets its default
-    priority class and is held to its access lists and maximum (DESIGN §4.5)."""
+    priority class and is held to its access lists and maximum."""
     # read before the submission's transaction: a class replaced in between acts as if
     # it had been replaced just after this submission
     named = await job_classes.load_named(conn, (spec.job_class for spec in body.jobs))

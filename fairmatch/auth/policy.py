@@ -1,4 +1,4 @@
-"""What each role may do (DESIGN §7). Pure logic: routers and stores call these.
+"""What each role may do (docs/how-to/tokens.md). Pure logic: routers and stores call these.
 
 admin     everything
 operator  every job, any priority class, kill, explain matching

@@ -1,4 +1,4 @@
-"""Grid Engine job classes and priority changes (DESIGN §4.5).
+"""Grid Engine job classes and priority changes (docs/explanation/priorities.md).
 
 A job class has a default priority class, a maximum for non-privileged
 callers, access lists of users and groups, and a priority level (the

@@ -1,4 +1,4 @@
-"""Who may set which priority class, and who may use which job class (DESIGN §4.5, Grid Engine).
+"""Who may set which priority class, and who may use which job class (Grid Engine).
 
 Pure logic, called by the routers with the caller their role dependency
 admitted (fairmatch/api/deps.py: only submitters reach these).

@@ -136,7 +136,7 @@ def with_banned(query: ResourceQuery, reasons: Iterable[Mapping[str, Any]]) -> R
 
 
 def from_settings(configured: Mapping[str, Any]) -> list[Limit]:
-    """Limits from the `[site_limits."<site>".<rule>.<attribute>]` tables of the settings."""
+    """Limits from the `[site_limits."<site>".{running_limit,matching_delay}.<attribute>]` tables of the settings."""
     merged: dict[tuple[str, Attribute, str], dict[str, Any]] = {}
     for site, rules in configured.items():
         for rule in Rule:

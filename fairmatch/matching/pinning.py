@@ -1,4 +1,4 @@
-"""A pilot's token claims bound what it may match for (DESIGN §7). Pure logic."""
+"""A pilot's token claims bound what it may match for (docs/how-to/tokens.md). Pure logic."""
 
 from __future__ import annotations
 
