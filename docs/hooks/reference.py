@@ -7,7 +7,8 @@ from the metric objects), so the reference never drifts from the code.
 
 Pages link to files outside `docs/` (`../../bench/README.md`, the simulator's
 plots under `examples/`) with paths that work on GitHub; the build adds those
-files to the site under their repository paths and points the links there.
+files to the site under their repository paths and points the links there,
+and the links of such a page back into `docs/` reach the same pages.
 """
 
 from __future__ import annotations
@@ -74,14 +75,20 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files, **_: Any) -> str:
     markdown = MARKER.sub(lambda found: RENDERERS[found.group(1)](), markdown)
     docs = Path(config.docs_dir).resolve()
-    source = Path(page.file.abs_src_path or docs / page.file.src_uri).resolve()
-    if not source.is_relative_to(docs):
-        return markdown  # a repository page: its links are already relative to its own place
     repository = _repository(config)
+    source = Path(page.file.abs_src_path or docs / page.file.src_uri).resolve()
 
     def in_site(found: re.Match[str]) -> str:
-        path = _outside_target(found.group(2), source, docs, repository)
-        if path is None:
+        """A link as GitHub resolves it, pointed at the same file's place in the site."""
+        url = found.group(2)
+        if "://" in url or url.startswith(("/", "mailto:")):
+            return found.group(0)
+        target = (source.parent / url).resolve()
+        if target.is_relative_to(docs):
+            path = target.relative_to(docs).as_posix()
+        elif target.is_relative_to(repository) and target.is_file():
+            path = target.relative_to(repository).as_posix()
+        else:
             return found.group(0)
         relative = posixpath.relpath(path, posixpath.dirname(page.file.src_uri) or ".")
         return found.group(1) + relative + found.group(3)
