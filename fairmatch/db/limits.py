@@ -19,6 +19,7 @@ from sqlalchemy import TextClause, bindparam, delete, func, insert, select, text
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import jobs, site_limit_matches, site_limits
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
 from fairmatch.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimits
@@ -135,10 +136,12 @@ class LimitDB(AreaDB):
         ]
 
     async def replace(self, limits: Sequence[Limit]) -> None:
-        """Put this set in place of all limits; match times of limits kept stay."""
+        """Put this set in place of all limits; match times of limits kept stay.
+        In a `changing` transaction."""
         await self.conn.execute(delete(site_limits))
         if limits:
             await self.conn.execute(insert(site_limits), [_row(lim) for lim in limits])
+        mark_changed(self.conn)
 
     async def create_missing(self, limits: Sequence[Limit]) -> None:
         """Insert the limits the database lacks; those it holds keep their (API-edited) values."""

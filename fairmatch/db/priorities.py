@@ -12,6 +12,7 @@ from sqlalchemy import bindparam, delete, exists, func, insert, select, update
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
+from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import groups, history_samples, jobs, priority_runs, running_samples, task_queues, tq_jobs
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
 from fairmatch.priority.dirac import GroupPolicy
@@ -58,7 +59,7 @@ class PriorityDB(AreaDB):
         return None if row is None else _group(row)
 
     async def put_group(self, name: str, values: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Create or replace a group: (the stored group, created?)."""
+        """Create or replace a group: (the stored group, created?). In a `changing` transaction."""
         # Insert-or-nothing first, then update: on PostgreSQL a concurrent creator
         # makes the insert wait and do nothing, so two PUTs of a new group never
         # collide; on SQLite BEGIN IMMEDIATE serialises them.
@@ -67,6 +68,7 @@ class PriorityDB(AreaDB):
         if not created:
             await self.conn.execute(update(groups).where(groups.c.name == name).values(**values))
         row = (await self.conn.execute(select(groups).where(groups.c.name == name))).one()
+        mark_changed(self.conn)
         return _group(row), created
 
     async def sharing_groups(self) -> frozenset[str]:
@@ -186,7 +188,8 @@ class PriorityDB(AreaDB):
         return loads
 
     async def set_priorities(self, changes: list[dict[str, Any]]) -> None:
-        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order."""
+        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order.
+        In a `changing` transaction."""
         await self.conn.execute(
             update(task_queues)
             .where(task_queues.c.id == bindparam("tq"))
@@ -198,9 +201,11 @@ class PriorityDB(AreaDB):
             ),
             changes,
         )
+        mark_changed(self.conn)
 
     async def forget_drained_levels(self) -> int:
-        """Empty the levels of TQs without jobs (claims do not subtract); how many were emptied."""
+        """Empty the levels of TQs without jobs (claims do not subtract); how many were emptied.
+        In a `changing` transaction."""
         result = await self.conn.execute(
             update(task_queues)
             .where(
@@ -209,6 +214,8 @@ class PriorityDB(AreaDB):
             )
             .values(levels=[], changed_at=self.change_time())
         )
+        if result.rowcount:
+            mark_changed(self.conn)
         return result.rowcount
 
     async def queue_priorities(self, task_queue_id: int | None, scope: JobScope) -> dict[int, Any]:

@@ -22,6 +22,7 @@ from sqlalchemy import ARRAY, Select, String, any_, bindparam, delete, exists, f
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
+from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, levels_of, stored_levels
 
@@ -98,12 +99,15 @@ class TaskQueueDB(AreaDB):
         return found
 
     async def delete_if_empty(self, tq_id: int) -> bool:
-        """Delete the TQ if it holds no job and no one is filling it. True if deleted."""
+        """Delete the TQ if it holds no job and no one is filling it. True if deleted.
+        In a `changing` transaction: the matchers hear of a deletion."""
         if not await self._free(tq_id):
             return False
         result = await self.conn.execute(
             delete(task_queues).where(task_queues.c.id == tq_id, ~exists().where(tq_jobs.c.tq_id == tq_id))
         )
+        if result.rowcount > 0:
+            mark_changed(self.conn)
         return result.rowcount > 0
 
     async def _free(self, tq_id: int) -> bool:
@@ -120,7 +124,8 @@ class TaskQueueDB(AreaDB):
 
         New jobs add to their level's count. Jobs coming back (a lapsed match)
         were never subtracted when they left, so they only make a missing level
-        appear. Either way `changed_at` moves: other processes' matchers hear of it.
+        appear. Either way `changed_at` moves: other processes' matchers hear of it, and
+        this one's once the `changing` transaction commits.
         """
         ids = sorted(arrivals)
         stmt = self._levels_locked(select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids)))
@@ -140,6 +145,7 @@ class TaskQueueDB(AreaDB):
             .values(levels=bindparam("levels"), changed_at=self.change_time()),
             rows,
         )
+        mark_changed(self.conn)
 
     def _levels_locked(self, stmt: Select) -> Select:
         """The level read of `count_arrivals`, locked where the backend needs it."""
@@ -152,7 +158,7 @@ class TaskQueueDB(AreaDB):
         stmt = select(*_MATCHING_COLUMNS)
         if since is not None:
             stmt = stmt.where(task_queues.c.changed_at > since)
-        return now, (await self.conn.execute(stmt)).all()
+        return now, list((await self.conn.execute(stmt)).all())
 
     async def all_ids(self) -> set[int]:
         """Every TQ's id."""
@@ -164,12 +170,12 @@ class TaskQueueDB(AreaDB):
 
     async def read(self, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """TQs as the API shows them: keys, priority, waiting-job count and value lists."""
-        counts = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id)
+        per_tq = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id)
         stmt = select(task_queues).order_by(task_queues.c.id)
         if ids is not None:
-            counts = counts.where(tq_jobs.c.tq_id.in_(ids))
+            per_tq = per_tq.where(tq_jobs.c.tq_id.in_(ids))
             stmt = stmt.where(task_queues.c.id.in_(ids))
-        counts = counts.subquery()
+        counts = per_tq.subquery()
         stmt = stmt.add_columns(func.coalesce(counts.c.jobs, 0).label("jobs")).outerjoin(
             counts, counts.c.tq_id == task_queues.c.id
         )

@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.errors import NotFound
 from fairmatch.priority.groups import GroupUpdate, stored_values
 from fairmatch.priority.settings import GroupSettings
-from fairmatch.taskqueues import changes
 
 
 async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSettings]) -> None:
@@ -48,7 +48,5 @@ async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tupl
     """Create or replace a group in one transaction; returns (the stored group, created?).
     This process's matcher hears of it before its next match."""
     values = stored_values(spec.job_share, spec.properties, spec.allow_background_tqs, spec.priority, spec.description)
-    async with conn.begin():
-        stored = await PriorityDB.of(conn).put_group(name, values)
-    changes.bump()
-    return stored
+    async with changing(conn):
+        return await PriorityDB.of(conn).put_group(name, values)

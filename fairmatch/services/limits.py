@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.limits.rules import Limit
-from fairmatch.taskqueues import changes
 
 
 async def list_limits(conn: AsyncConnection) -> list[dict[str, Any]]:
@@ -21,9 +21,8 @@ async def list_limits(conn: AsyncConnection) -> list[dict[str, Any]]:
 
 async def replace_limits(conn: AsyncConnection, limits: Sequence[Limit]) -> None:
     """The whole set at once; this process's matcher hears of it before its next match."""
-    async with conn.begin():
+    async with changing(conn):
         await LimitDB.of(conn).replace(limits)
-    changes.bump()
 
 
 async def create_missing(conn: AsyncConnection, limits: Sequence[Limit]) -> None:

@@ -20,6 +20,7 @@ from fairmatch.accounting.usage import Node, WindowedUsage
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.accounting import AccountingDB
+from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.job_classes import JobClassDB
 from fairmatch.db.priorities import PRIORITY_LOCK, PriorityDB
@@ -30,7 +31,6 @@ from fairmatch.priority.rank import RankGroup
 from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
 from fairmatch.services import accounting
 from fairmatch.settings import Settings
-from fairmatch.taskqueues import changes as change_signal
 from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
 NO_CORRECTIONS = CorrectionsConfig()
@@ -183,15 +183,7 @@ async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome) -> int:
             changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels})
     if changes:
         await db.set_priorities(changes)
-        change_signal.bump()
     return changed_priorities
-
-
-async def _forget_drained_levels(db: PriorityDB) -> None:
-    """TQs whose last job left still list levels (claims do not subtract): empty them,
-    so that no matcher draws from them again."""
-    if await db.forget_drained_levels():
-        change_signal.bump()
 
 
 def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool) -> dict[str, Any]:
@@ -336,7 +328,7 @@ async def recompute(
     fold all the same, so usage lags its charges by at most an interval; a forced run
     waits for the locks and always runs."""
     await accounting.fold_charges(conn, settings, wait=not scheduled)
-    async with conn.begin():
+    async with changing(conn):
         db = PriorityDB.of(conn)
         if scheduled:
             if not await db.try_leader_lock(PRIORITY_LOCK) or await _ran_recently(db, utcnow(), settings):
@@ -348,7 +340,8 @@ async def recompute(
         rows = await db.waiting_loads()
         outcome = await decide(DatabaseInputs(conn, settings), settings, corrections, rows, started)
         changed = await _apply(db, rows, outcome)
-        await _forget_drained_levels(db)
+        # TQs whose last job left still list levels (claims do not subtract): no matcher draws from them again
+        await db.forget_drained_levels()
         finished = utcnow()
         report = {
             "policy": settings.priority.policy,
@@ -387,7 +380,7 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
     rank and multifactor place every TQ relative to all others, so they
     decide over everything (without recording a run). The loop refines both.
     """
-    async with conn.begin():
+    async with changing(conn):
         db = PriorityDB.of(conn)
         await db.leader_lock(PRIORITY_LOCK)
         now = utcnow()

@@ -1,7 +1,7 @@
 """Task queues: reading them, and the changes that run in transactions of their own.
 
-Each change tells this process's matcher that the task queues changed
-(`changes.bump`) once its transaction has committed.
+Each change runs in a `changing` transaction: this process's matcher hears
+of it once it has committed.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import ConstraintViolation
-from fairmatch.taskqueues import changes
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
@@ -26,21 +26,17 @@ async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], 
     """
     if not arrivals:
         return
-    async with conn.begin():
+    async with changing(conn):
         await TaskQueueDB.of(conn).count_arrivals(arrivals, new_jobs=new_jobs)
-    changes.bump()
 
 
 async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
     """Delete the TQ if it holds no job. True if deleted."""
     try:
-        async with conn.begin():
-            deleted = await TaskQueueDB.of(conn).delete_if_empty(tq_id)
+        async with changing(conn):
+            return await TaskQueueDB.of(conn).delete_if_empty(tq_id)
     except ConstraintViolation:
         return False  # a job arrived after all: the TQ stays
-    if deleted:
-        changes.bump()
-    return deleted
 
 
 async def delete_all_empty(conn: AsyncConnection) -> int:

@@ -2,8 +2,9 @@
 
 Matching keeps a copy of the task-queue table in each process (see
 `fairmatch.matching.catalog`) and polls the database for other processes' changes.
-A process that changes them itself says so here, so that its own next match
-catches up at once instead of at the next poll.
+Once a change this process wrote has committed, the data layer raises the
+signal here (`fairmatch.db.change_signal`), so that the process's own next
+match catches up at once instead of at the next poll.
 """
 
 from __future__ import annotations

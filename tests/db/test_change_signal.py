@@ -1,0 +1,76 @@
+"""The change signal is raised by the data layer, after the commit of the change and never
+after a rollback; this process's keeper catches up on it at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairmatch.db.change_signal import changing
+from fairmatch.db.priorities import PriorityDB
+from fairmatch.limits.rules import Attribute, Limit
+from fairmatch.priority.groups import JOB_SHARING, GroupUpdate, stored_values
+from fairmatch.services import groups, limits
+from fairmatch.services.keeper import Keeper
+from fairmatch.taskqueues import changes
+
+pytestmark = pytest.mark.anyio
+
+
+class Refused(Exception):
+    pass
+
+
+def sharing_group() -> dict:
+    return stored_values(1000, [JOB_SHARING], False, 0)
+
+
+async def test_a_change_signals_once_its_transaction_has_committed(engine):
+    async with engine.connect() as conn:
+        before = changes.generation()
+        async with changing(conn):
+            await PriorityDB.of(conn).put_group("prod", sharing_group())
+            assert changes.generation() == before  # not yet: a matcher would read the old row
+        assert changes.generation() == before + 1
+
+
+async def test_a_rolled_back_change_does_not_signal(engine, settings):
+    async with engine.connect() as conn:
+        keeper = Keeper(settings.matching)
+        await keeper.refresh(conn)
+        before = changes.generation()
+        with pytest.raises(Refused):
+            async with changing(conn):
+                await PriorityDB.of(conn).put_group("prod", sharing_group())
+                raise Refused
+        assert changes.generation() == before
+        assert await PriorityDB.of(conn).group("prod") is None
+        assert (await keeper.current(conn)).sharing_groups == frozenset()
+
+
+async def test_a_transaction_that_changes_nothing_does_not_signal(engine):
+    async with engine.connect() as conn:
+        before = changes.generation()
+        async with changing(conn):
+            assert await PriorityDB.of(conn).forget_drained_levels() == 0
+        assert changes.generation() == before
+
+
+async def test_a_change_outside_a_changing_transaction_is_refused(engine):
+    """So that no caller can write a change and forget the signal."""
+    async with engine.connect() as conn:
+        with pytest.raises(RuntimeError, match="changing"):
+            async with conn.begin():
+                await PriorityDB.of(conn).put_group("prod", sharing_group())
+        assert await PriorityDB.of(conn).group("prod") is None
+
+
+async def test_the_keeper_sees_this_process_s_changes_before_its_next_match(engine, settings):
+    async with engine.connect() as conn:
+        keeper = Keeper(settings.matching.model_copy(update={"refresh_seconds": 3600}))
+        await keeper.refresh(conn)
+        assert keeper.catalog.sharing_groups == frozenset() and keeper.catalog.limited_sites == frozenset()
+        await groups.put_group(conn, "prod", GroupUpdate(job_share=1000, properties=[JOB_SHARING]))
+        assert (await keeper.current(conn)).sharing_groups == frozenset({"prod"})
+        await limits.replace_limits(conn, [Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod",
+                                                 running_limit=1)])  # fmt: skip
+        assert "LCG.A.xx" in (await keeper.current(conn)).limited_sites
