@@ -15,23 +15,8 @@ newline (e.g. a dump passed through `$(...)`) is accepted, and export ends
 the last line with "\\n" like every other. Anything else that would not come
 back byte for byte (blank lines, CRLF endings, a byte-order mark) is refused.
 
-Nodes are `Node(account, user)` tuples, user '' for an account: the keys of
-the `associations` and `usage_totals` tables.
-
-Shares `parent` follow sacctmgr's definition ("Fairshare=parent"): the node
-takes no part in the sharing itself.
-- A user or account with `parent` shares stands for its nearest ancestor
-  with a number of shares (its "fair-share node"; the root at the latest):
-  its normalised share, its level and its siblings are that node's.
-- The children of an account with `parent` shares are reparented, for the
-  sharing only, to that fair-share node: they compete on its level, next to
-  its own children. As in Slurm, a `parent` child adds its own children's
-  shares to its parent's level sum (slurm's `_get_children_level_shares`);
-  unlike Slurm's classic code, a reparented child is also normalised within
-  that level, so the normalised shares of every level add up to its node's.
-Normalised share (Slurm's classic formula): a node's shares over the sum of
-its level's shares, times the same for its fair-share parent, up to the
-root (1.0). A level whose shares sum to 0 gives its members 0.
+Rows become the association tree (`fairmatch.accounting.tree.ShareTree`,
+where nodes and `parent` shares are explained) with build_tree.
 """
 
 from __future__ import annotations
@@ -39,8 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
+from fairmatch.accounting.tree import Node, ShareTree
 from fairmatch.fields import MAX_NAME
 
 SHARES_PARENT = "parent"
@@ -56,22 +41,6 @@ _WHOLE_NUMBER = re.compile(r"[0-9]+")
 _NEGATIVE_NUMBER = re.compile(r"-[0-9]+")
 # C0, DEL and C1: they would garble listings, and PostgreSQL refuses NUL
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-class Node(NamedTuple):
-    """An association's key: (account, '') for an account, (account, user) for a user."""
-
-    account: str
-    user: str = ""
-
-    @property
-    def is_user(self) -> bool:
-        return self.user != ""
-
-    def describe(self) -> str:
-        if self.is_user:
-            return f"user {self.user!r} of account {self.account!r}"
-        return f"account {self.account!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,148 +294,14 @@ def _rotated(cycle: list[str], first: str) -> list[str]:
 # --- the tree ------------------------------------------------------------------------
 
 
-def build_tree(rows: Sequence[Association]) -> Tree:
-    """The tree of valid rows (e.g. read back from the database); AssociationError otherwise."""
+def tree_of(rows: Iterable[Association]) -> ShareTree:
+    """The tree of rows already checked (e.g. read back from the database), in their order."""
+    return ShareTree(
+        {row.node: (row.parent_node, None if row.raw_shares is None else float(row.raw_shares)) for row in rows}
+    )
+
+
+def build_tree(rows: Sequence[Association]) -> ShareTree:
+    """The tree of rows from elsewhere; AssociationError unless they form one."""
     check_tree(rows)
-    return Tree(rows)
-
-
-class UnknownAssociation(KeyError):
-    """No association for this (account, user)."""
-
-
-class Tree:
-    """Queries on a valid association tree (build it with build_tree or parse_sacctmgr's rows).
-
-    Every method taking a node accepts a Node or a plain (account, user)
-    tuple; user '' is the account itself. Answers are computed once.
-    """
-
-    def __init__(self, rows: Sequence[Association]) -> None:
-        self.rows: list[Association] = list(rows)
-        self._row = {row.node: row for row in self.rows}
-        self._children: dict[Node, list[Node]] = {row.node: [] for row in self.rows}
-        for row in self.rows:
-            if row.parent_node is not None:
-                self._children[row.parent_node].append(row.node)
-        self.root: Node = next(row.node for row in self.rows if row.parent_node is None)
-        self._normalised: dict[Node, float] = {}
-        self._levels: dict[Node, list[Node]] = {}
-        self._level_sums: dict[Node, int] = {}
-
-    # structure
-
-    def __contains__(self, node: object) -> bool:
-        return node in self._row
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def nodes(self) -> list[Node]:
-        """Every node, in the dump's order."""
-        return [row.node for row in self.rows]
-
-    def association(self, node: tuple[str, str]) -> Association:
-        try:
-            return self._row[Node(*node)]
-        except KeyError:
-            raise UnknownAssociation(Node(*node).describe()) from None
-
-    def parent(self, node: tuple[str, str]) -> Node | None:
-        """The node above: a user's account, an account's parent account; None for the root."""
-        return self.association(node).parent_node
-
-    def children(self, node: tuple[str, str]) -> list[Node]:
-        """Users and sub-accounts directly under an account, in the dump's order ([] for a user)."""
-        self.association(node)
-        return list(self._children[Node(*node)])
-
-    def ancestors(self, account: str, user: str = "") -> list[Node]:
-        """The path to the root, the node itself first: user → account → … → root.
-
-        These are the nodes a job of (account, user) charges. UnknownAssociation
-        if the tree has no such association.
-        """
-        path = [self.association((account, user)).node]
-        while (above := self._row[path[-1]].parent_node) is not None:
-            path.append(above)
-        return path
-
-    # shares
-
-    def fair_share_node(self, node: tuple[str, str]) -> Node:
-        """The node whose shares stand for this one: itself, or with `parent` shares its
-        nearest ancestor that has a number of shares (the root at the latest)."""
-        current = self.association(node)
-        while current.uses_parent_shares and current.parent_node is not None:
-            current = self._row[current.parent_node]
-        return current.node
-
-    def level(self, node: tuple[str, str]) -> list[Node]:
-        """The nodes whose shares are compared with this node's (itself included), in the
-        dump's order: the children of its fair-share parent, a `parent`-share child
-        giving way to its own children."""
-        own = self.fair_share_node(node)
-        above = self._fair_share_parent(own)
-        return [own] if above is None else list(self._level_of(above))
-
-    def siblings(self, node: tuple[str, str]) -> list[Node]:
-        """The other nodes of the node's level: whose shares its own are divided against."""
-        own = self.fair_share_node(node)
-        return [other for other in self.level(own) if other != own]
-
-    def level_shares(self, node: tuple[str, str]) -> int:
-        """Σ shares of the node's level (Slurm's S_siblings, the node's own included)."""
-        own = self.fair_share_node(node)
-        above = self._fair_share_parent(own)
-        if above is None:
-            return self._row[own].raw_shares or 0
-        return self._level_sum(above)
-
-    def normalised_share(self, node: tuple[str, str]) -> float:
-        """The node's fraction of the whole machine, in [0, 1] (the root: 1).
-
-        shares / level_shares × the same for each fair-share ancestor; a
-        `parent`-share node answers for its fair-share node.
-        """
-        own = self.fair_share_node(node)
-        # walk up to the root or to a node already known, then multiply back down:
-        # no recursion, so no depth limit
-        chain: list[Node] = []
-        current: Node | None = own
-        while current is not None and current not in self._normalised:
-            chain.append(current)
-            current = self._fair_share_parent(current)
-        value = 1.0 if current is None else self._normalised[current]
-        for member in reversed(chain):
-            above = self._fair_share_parent(member)
-            if above is not None:
-                total = self._level_sum(above)
-                value = value * (self._row[member].raw_shares or 0) / total if total else 0.0
-            self._normalised[member] = value
-        return self._normalised[own]
-
-    def _fair_share_parent(self, node: Node) -> Node | None:
-        """The fair-share node of the node's parent: where it competes for shares."""
-        above = self._row[node].parent_node
-        return None if above is None else self.fair_share_node(above)
-
-    def _level_of(self, node: Node) -> list[Node]:
-        """The children that divide `node`'s part: a `parent`-share child gives way to its own."""
-        if node not in self._levels:
-            members: list[Node] = []
-            pending = list(reversed(self._children[node]))  # a stack: the dump's order comes out
-            while pending:
-                child = pending.pop()
-                if self._row[child].uses_parent_shares:
-                    pending.extend(reversed(self._children[child]))
-                else:
-                    members.append(child)
-            self._levels[node] = members
-        return self._levels[node]
-
-    def _level_sum(self, node: Node) -> int:
-        if node not in self._level_sums:
-            self._level_sums[node] = sum(self._row[m].raw_shares or 0 for m in self._level_of(node))
-        return self._level_sums[node]
+    return tree_of(rows)

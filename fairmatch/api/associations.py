@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fairmatch.accounting.associations import (
     Association,
     AssociationError,
-    Tree,
     export_sacctmgr,
     parse_sacctmgr,
+    tree_of,
 )
 from fairmatch.api.deps import Admin, Connection, CurrentSettings, Operators
 from fairmatch.api.schemas import AssociationUsageList
@@ -182,7 +182,7 @@ def _wants_json(accept: str) -> bool:
 
 
 def _as_json(rows: list[Association]) -> dict[str, Any]:
-    tree = Tree(rows) if rows else None
+    tree = tree_of(rows) if rows else None
     return {
         "associations": [
             {"line": i, "account": r.account, "user": r.user, "parent": r.parent, "shares": r.shares,

@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
+
 MIN_PRIORITY = 0.001
 BACKGROUND_LIMIT = 0.1
-DEFAULT_SHARE = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class TqLoad:
 
 @dataclass(frozen=True, slots=True)
 class GroupPolicy:
-    job_share: float = DEFAULT_SHARE
+    job_share: float = DEFAULT_JOB_SHARE
     job_sharing: bool = False
     allow_background_tqs: bool = False
 

@@ -2,7 +2,9 @@
 
 The tree is plain data, `{node: (parent, shares)}`, a node being (account,
 user) with user '' for an account. `parent` is None at the top; `shares`
-None stands for sacctmgr's `FairShare=parent`. Usage is the decayed usage
+None stands for sacctmgr's `FairShare=parent`. It becomes the accounting's
+own tree (fairmatch.accounting.tree.ShareTree), which answers who competes
+with whom and each node's normalised share. Usage is the decayed usage
 per node, each node holding its whole subtree's usage (charges go to every
 ancestor, see fairmatch.accounting.usage).
 
@@ -42,10 +44,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Node = tuple[str, str]  # (account, user); user '' for an account
-TreeInput = Mapping[Node, tuple[Node | None, float | None]]  # node -> (parent, shares or None = "parent")
+from fairmatch.accounting.tree import IMPLICIT_ROOT, Node, ShareTree, TreeInput
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 
-IMPLICIT_ROOT: Node = ("", "")  # joins several top-level nodes under one root
 NEUTRAL_FACTOR = 0.5  # an association we know nothing about counts as exactly at share
 
 
@@ -91,127 +92,35 @@ def _json_number(value: float | None) -> float | str | None:
     return "inf" if value is not None and math.isinf(value) else value
 
 
-def is_user(node: Node) -> bool:
+def is_user(node: tuple[str, str]) -> bool:
     return node[1] != ""
 
 
-# --- the tree ---------------------------------------------------------------------------
+# --- usage ------------------------------------------------------------------------------
 
 
-class _Tree:
-    """Children lists, the root, subtree usage and the fair-share levels of a TreeInput.
+class _Usage:
+    """Each node's usage as the formulas read it: its whole subtree's."""
 
-    A `parent`-shares node gives way to its children: they compete at the
-    level above it, as if their grandparent were their parent (Slurm's
-    FairShare=parent, and what fairmatch.accounting.associations.Tree computes).
-    """
+    def __init__(self, tree: ShareTree, usage: Mapping[tuple[str, str], float]) -> None:
+        self.tree = tree
+        self.of: dict[Node, float] = {}
+        # at least its children's: a tree imported after some charges may have
+        # ancestors behind their descendants
+        for node, _ in reversed(tree.order):
+            below = sum(self.of.get(child, 0.0) for child in tree.children(node))
+            self.of[node] = max(max(usage.get(node, 0.0), 0.0), below)
 
-    def __init__(self, tree: TreeInput, usage: Mapping[Node, float]) -> None:
-        self.shares = {node: shares for node, (_, shares) in tree.items()}
-        tops = [n for n, (parent, _) in tree.items() if parent is None or parent not in tree]
-        self.root = tops[0] if len(tops) == 1 else IMPLICIT_ROOT
-        self.parent: dict[Node, Node | None] = {self.root: None}
-        self.children: dict[Node, list[Node]] = {node: [] for node in tree}
-        self.children.setdefault(self.root, [])
-        for node, (parent, _) in tree.items():  # input order: sacctmgr's order
-            if node == self.root:
-                continue
-            up = parent if parent in tree and parent != node else self.root
-            self.parent[node] = up
-            self.children[up].append(node)
-        self.order = list(self._depth_first(self.root, 0))
-        self.usage = self._subtree_usage(usage)
-        self._levels: dict[Node, list[Node]] = {}
-        self._totals: dict[Node, float] = {}
+    def normalised(self, node: Node) -> float:
+        """usage / the root's usage."""
+        total = self.of[self.tree.root]
+        return self.of[node] / total if total > 0 else 0.0
 
-    def _depth_first(self, node: Node, depth: int) -> Iterable[tuple[Node, int]]:
-        stack = [(node, depth)]
-        seen: set[Node] = set()
-        while stack:
-            current, level = stack.pop()
-            if current in seen:  # a cycle in a hand-made tree: visit once
-                continue
-            seen.add(current)
-            yield current, level
-            stack.extend((child, level + 1) for child in reversed(self.children[current]))
-
-    def _subtree_usage(self, usage: Mapping[Node, float]) -> dict[Node, float]:
-        """A node's usage is at least its children's: a tree imported after some
-        charges may have ancestors behind their descendants."""
-        total: dict[Node, float] = {}
-        for node, _ in reversed(self.order):
-            below = sum(total.get(child, 0.0) for child in self.children[node])
-            total[node] = max(max(usage.get(node, 0.0), 0.0), below)
-        return total
-
-    def uses_parent(self, node: Node) -> bool:
-        return node != self.root and self.shares.get(node, 1.0) is None
-
-    def fair_share_node(self, node: Node) -> Node:
-        """The node whose shares and usage stand for this one: itself, or for
-        `parent` shares its nearest ancestor with a number of shares."""
-        while self.uses_parent(node):
-            node = self.parent[node]
-        return node
-
-    def fair_share_parent(self, node: Node) -> Node | None:
-        """Where the node competes: the fair-share node of its parent."""
-        above = self.parent[node]
-        return None if above is None else self.fair_share_node(above)
-
-    def level(self, above: Node) -> list[Node]:
-        """The nodes that divide `above`'s part: its children, a `parent`-shares account
-        replaced by its own children (a `parent`-shares user stays, with no shares)."""
-        if above not in self._levels:
-            members: list[Node] = []
-            pending = list(reversed(self.children[above]))
-            while pending:
-                child = pending.pop()
-                if self.uses_parent(child) and not is_user(child):
-                    pending.extend(reversed(self.children[child]))
-                else:
-                    members.append(child)
-            self._levels[above] = members
-        return self._levels[above]
-
-    def local_share(self, node: Node) -> float:
-        """shares / shares of its level (itself included)."""
-        above = self.fair_share_parent(node)
-        if above is None:
-            return 1.0
-        total = self._level_total(above)
-        return (self.shares.get(node) or 0.0) / total if total > 0 else 0.0
-
-    def _level_total(self, above: Node) -> float:
-        # cached: a flat account of thousands of users would otherwise cost n^2
-        if above not in self._totals:
-            self._totals[above] = sum(self.shares.get(member) or 0.0 for member in self.level(above))
-        return self._totals[above]
-
-    def local_usage(self, node: Node) -> float:
+    def local(self, node: Node) -> float:
         """usage / usage of where it competes (Fair Tree's U)."""
-        above = self.fair_share_parent(node)
-        whole = self.usage[above] if above is not None else self.usage[node]
-        return self.usage[node] / whole if whole > 0 else 0.0
-
-    def normalised_shares(self) -> dict[Node, float]:
-        """Each node's share of the whole machine: the product of local shares down its path."""
-        norm: dict[Node, float] = {}
-        for node, _ in self.order:  # ancestors first
-            if node == self.root:
-                norm[node] = 1.0
-            elif self.uses_parent(node):
-                norm[node] = norm[self.fair_share_node(node)]
-            else:
-                norm[node] = norm[self.fair_share_parent(node)] * self.local_share(node)
-        return norm
-
-    def norm_usage(self, node: Node) -> float:
-        total = self.usage[self.root]
-        return self.usage[node] / total if total > 0 else 0.0
-
-    def users(self) -> list[Node]:
-        return [node for node, _ in self.order if is_user(node)]
+        above = self.tree.fair_share_parent(node)
+        whole = self.of[above] if above is not None else self.of[node]
+        return self.of[node] / whole if whole > 0 else 0.0
 
 
 # --- classic ----------------------------------------------------------------------------
@@ -224,10 +133,10 @@ def classic_factor(effective_usage: float, norm_shares: float) -> float:
     return 2.0 ** (-effective_usage / norm_shares)
 
 
-def _effective_usage(t: _Tree) -> dict[Node, float]:
+def _effective_usage(t: ShareTree, used: _Usage) -> dict[Node, float]:
     effective: dict[Node, float] = {}
     for node, _ in t.order:  # a node's fair-share parent is an ancestor: already done
-        own = t.norm_usage(node)
+        own = used.normalised(node)
         above = t.fair_share_parent(node)
         if t.uses_parent(node):
             effective[node] = effective[t.fair_share_node(node)]
@@ -238,12 +147,13 @@ def _effective_usage(t: _Tree) -> dict[Node, float]:
     return effective
 
 
-def classic(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
-    t = _Tree(tree, usage)
+def classic(tree: TreeInput, usage: Mapping[tuple[str, str], float]) -> dict[Node, ShareRow]:
+    t = ShareTree(tree)
+    used = _Usage(t, usage)
     norm = t.normalised_shares()
-    effective = _effective_usage(t)
+    effective = _effective_usage(t, used)
     rows = {
-        node: _row(t, node, depth, norm[node], effective[node], None, classic_factor(effective[node], norm[node]))
+        node: _row(t, used, node, depth, norm[node], effective[node], None, classic_factor(effective[node], norm[node]))
         for node, depth in t.order
     }
     return _without_implicit_root(rows)
@@ -252,14 +162,14 @@ def classic(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow
 # --- Fair Tree --------------------------------------------------------------------------
 
 
-def level_fs(tree: _Tree, node: Node) -> float:
+def level_fs(tree: ShareTree, used: _Usage, node: Node) -> float:
     if tree.uses_parent(node):
         return math.inf  # a `parent`-shares user ranks first in its account
     share = tree.local_share(node)
     if share <= 0:
         return 0.0
-    used = tree.local_usage(node)
-    return share / used if used > 0 else math.inf
+    local = used.local(node)
+    return share / local if local > 0 else math.inf
 
 
 class _Ranking:
@@ -278,7 +188,7 @@ class _Ranking:
         self.next_rank -= 1
 
 
-def _rank(t: _Tree, lfs: dict[Node, float], siblings: list[Node], starts_tied: bool, ranking: _Ranking) -> None:
+def _rank(t: ShareTree, lfs: dict[Node, float], siblings: list[Node], starts_tied: bool, ranking: _Ranking) -> None:
     # highest Level FS first; on a tie users before accounts; then a stable, readable order
     ordered = sorted(siblings, key=lambda n: (-lfs[n], not is_user(n), n))
     previous: float | None = None
@@ -296,37 +206,38 @@ def _rank(t: _Tree, lfs: dict[Node, float], siblings: list[Node], starts_tied: b
                 if is_user(candidate) or lfs[candidate] != lfs[node]:
                     break
                 merged.append(candidate)
-            children = [child for account in merged for child in t.level(account)]
+            children = [child for account in merged for child in t.members(account)]
             _rank(t, lfs, children, tied, ranking)
             i += len(merged)
         previous = lfs[node]
 
 
-def _best_user_factor(t: _Tree, factors: dict[Node, float]) -> dict[Node, float | None]:
+def _best_user_factor(t: ShareTree, factors: dict[Node, float]) -> dict[Node, float | None]:
     best: dict[Node, float | None] = {}
     for node, _ in reversed(t.order):
         if is_user(node):
             best[node] = factors.get(node)
             continue
-        found = [best[c] for c in t.children[node] if best.get(c) is not None]
+        found = [best[c] for c in t.children(node) if best.get(c) is not None]
         best[node] = max(found) if found else None
     return best
 
 
-def _ranked(t: _Tree, node: Node) -> bool:
+def _ranked(t: ShareTree, node: Node) -> bool:
     """Whether a node has a Level FS: not the root, nor an account that gave way to its children."""
     return node != t.root and (is_user(node) or not t.uses_parent(node))
 
 
-def fair_tree(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareRow]:
-    t = _Tree(tree, usage)
-    lfs = {node: level_fs(t, node) for node, _ in t.order if _ranked(t, node)}
+def fair_tree(tree: TreeInput, usage: Mapping[tuple[str, str], float]) -> dict[Node, ShareRow]:
+    t = ShareTree(tree)
+    used = _Usage(t, usage)
+    lfs = {node: level_fs(t, used, node) for node, _ in t.order if _ranked(t, node)}
     ranking = _Ranking(len(t.users()))
-    _rank(t, lfs, t.level(t.root), False, ranking)
+    _rank(t, lfs, t.members(t.root), False, ranking)
     factors = _best_user_factor(t, ranking.factor)
     norm = t.normalised_shares()
     rows = {
-        node: _row(t, node, depth, norm[node], t.local_usage(node), lfs.get(node), factors.get(node))
+        node: _row(t, used, node, depth, norm[node], used.local(node), lfs.get(node), factors.get(node))
         for node, depth in t.order
     }
     return _without_implicit_root(rows)
@@ -336,7 +247,8 @@ def fair_tree(tree: TreeInput, usage: Mapping[Node, float]) -> dict[Node, ShareR
 
 
 def _row(
-    t: _Tree,
+    t: ShareTree,
+    used: _Usage,
     node: Node,
     depth: int,
     norm_shares: float,
@@ -347,12 +259,12 @@ def _row(
     return ShareRow(
         account=node[0],
         user=node[1],
-        parent=t.parent[node],
+        parent=t.parent(node),
         depth=depth,
-        raw_shares=t.shares.get(node, 1.0),
+        raw_shares=t.shares(node),
         norm_shares=norm_shares,
-        raw_usage=t.usage[node],
-        norm_usage=t.norm_usage(node),
+        raw_usage=used.of[node],
+        norm_usage=used.normalised(node),
         effective_usage=effective_usage,
         level_fs=level,
         factor=factor,
@@ -364,7 +276,7 @@ def _without_implicit_root(rows: dict[Node, ShareRow]) -> dict[Node, ShareRow]:
 
 
 def compute(
-    tree: TreeInput, usage: Mapping[Node, float], algorithm: Literal["classic", "fair_tree"] = "classic"
+    tree: TreeInput, usage: Mapping[tuple[str, str], float], algorithm: Literal["classic", "fair_tree"] = "classic"
 ) -> dict[Node, ShareRow]:
     """Every node's sshare row, in depth-first tree order."""
     if not tree:
@@ -372,7 +284,9 @@ def compute(
     return fair_tree(tree, usage) if algorithm == "fair_tree" else classic(tree, usage)
 
 
-def factor_of(rows: Mapping[Node, ShareRow], account: str, user: str, default: float = NEUTRAL_FACTOR) -> float:
+def factor_of(
+    rows: Mapping[tuple[str, str], ShareRow], account: str, user: str, default: float = NEUTRAL_FACTOR
+) -> float:
     """The fair-share factor of (account, user): the user's association, else its
     account's, else `default` (exactly at share: neither favoured nor held back)."""
     for node in ((account, user), (account, "")):
@@ -407,37 +321,24 @@ def tree_from_associations(
     tree: dict[Node, tuple[Node | None, float | None]] = {}
     for account, user, parent, shares in rows:
         if user:
-            tree[(account, user)] = ((account, ""), parse_shares(shares))
+            tree[Node(account, user)] = (Node(account), parse_shares(shares))
         else:
-            tree[(account, "")] = ((parent, "") if parent else None, parse_shares(shares))
+            tree[Node(account)] = (Node(parent) if parent else None, parse_shares(shares))
     for _node, (parent, _) in list(tree.items()):
         if parent is not None and parent not in tree:
             tree[parent] = (None, 1.0)
     return tree
 
 
-def from_tree(tree: Any) -> dict[Node, tuple[Node | None, float | None]]:
-    """The plain input from an fairmatch.accounting.associations.Tree (anything with `nodes`,
-    `parent(node)` and `association(node).raw_shares`), in the dump's order."""
-    plain: dict[Node, tuple[Node | None, float | None]] = {}
-    for node in tree.nodes:
-        parent = tree.parent(node)
-        shares = tree.association(node).raw_shares
-        plain[(node[0], node[1])] = (
-            None if parent is None else (parent[0], parent[1]),
-            None if shares is None else float(shares),
-        )
-    return plain
-
-
 def implicit_tree(
     group_shares: Mapping[str, float], members: Iterable[tuple[str, str]]
 ) -> dict[Node, tuple[Node | None, float | None]]:
     """A tree for sites that imported none: root -> each group (its job_share) -> its users (1 share each)."""
-    tree: dict[Node, tuple[Node | None, float | None]] = {("root", ""): (None, 1.0)}
+    root = Node("root")
+    tree: dict[Node, tuple[Node | None, float | None]] = {root: (None, 1.0)}
     for group, share in sorted(group_shares.items()):
-        tree[(group, "")] = (("root", ""), float(share))
+        tree[Node(group)] = (root, float(share))
     for group, owner in sorted(set(members)):
-        tree.setdefault((group, ""), (("root", ""), 1000.0))  # DIRAC's default job share
-        tree[(group, owner)] = ((group, ""), 1.0)
+        tree.setdefault(Node(group), (root, DEFAULT_JOB_SHARE))
+        tree[Node(group, owner)] = (Node(group), 1.0)
     return tree

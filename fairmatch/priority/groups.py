@@ -17,7 +17,7 @@ from fairmatch.fields import Int, Name
 # The only property with an effect; others (DIRAC's NormalUser, ...) are kept as given.
 JOB_SHARING = "JOB_SHARING"
 
-DEFAULT_JOB_SHARE = 1000.0
+DEFAULT_JOB_SHARE = 1000.0  # DIRAC's JobShare of a group given none
 MAX_JOB_SHARE = 1e12
 MAX_PROPERTIES = 100
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000

@@ -67,8 +67,9 @@ Priorities
     bucket before the lottery, so "shareless only when no share-holder waits"
     holds among the TQs the lottery compares.
 
-A group missing from `groups` is RankGroup(): share 1000 and level 0, like
-the dirac policy's default. JOB_SHARING does not change the user level.
+A group missing from `groups` is RankGroup(): the default share
+(DEFAULT_JOB_SHARE, 1000) and level 0, like the dirac policy's. JOB_SHARING
+does not change the user level.
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ from statistics import fmean
 from typing import Any, NamedTuple
 
 from fairmatch.priority.facts import TqFacts
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.settings import RankSettings
 
-DEFAULT_SHARE = 1000.0  # a group missing from `groups` gets the DB default share
 RANK_DECIMALS = 9
 
 GroupKey = tuple[str, str]  # (vo, owner_group)
@@ -93,7 +94,7 @@ OwnerKey = tuple[str, str, str]  # (vo, owner_group, owner)
 class RankGroup:
     """What the rank policy needs of a group: its share (None or 0: no share) and priority level."""
 
-    job_share: float | None = DEFAULT_SHARE
+    job_share: float | None = DEFAULT_JOB_SHARE
     priority: int = 0
 
     @property

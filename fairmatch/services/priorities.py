@@ -27,6 +27,7 @@ from fairmatch.db.priorities import PRIORITY_LOCK, PriorityDB
 from fairmatch.metrics import RECOMPUTE_DURATION
 from fairmatch.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
 from fairmatch.priority.facts import TqFacts
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.rank import RankGroup
 from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
 from fairmatch.services import accounting
@@ -241,7 +242,7 @@ async def _association_tree(inputs: PolicyInputs, facts: list[TqFacts]) -> dict:
         return fairshare.tree_from_associations([(r.account, r.user, r.parent, r.shares) for r in rows])
     shares = await inputs.group_shares()
     members = {(f.owner_group, f.owner) for f in facts}
-    return fairshare.implicit_tree({g: shares.get(g, dirac.DEFAULT_SHARE) for g, _ in members}, members)
+    return fairshare.implicit_tree({g: shares.get(g, DEFAULT_JOB_SHARE) for g, _ in members}, members)
 
 
 async def _shares(inputs: PolicyInputs, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:

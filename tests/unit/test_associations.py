@@ -9,13 +9,11 @@ import pytest
 from fairmatch.accounting.associations import (
     Association,
     AssociationError,
-    Node,
-    Tree,
-    UnknownAssociation,
     build_tree,
     export_sacctmgr,
     parse_sacctmgr,
 )
+from fairmatch.accounting.tree import IMPLICIT_ROOT, Node, ShareTree, UnknownAssociation
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
 
@@ -26,8 +24,8 @@ def lhcb_text() -> str:
 
 
 @pytest.fixture(scope="module")
-def lhcb(lhcb_text) -> Tree:
-    return Tree(parse_sacctmgr(lhcb_text))
+def lhcb(lhcb_text) -> ShareTree:
+    return build_tree(parse_sacctmgr(lhcb_text))
 
 
 def rejection(text: str) -> AssociationError:
@@ -57,7 +55,7 @@ def test_the_fixture_is_a_realistic_dump(lhcb_text, lhcb):
     assert len(lhcb_text.splitlines()) >= 50
     depths = {len(lhcb.ancestors(*node)) for node in lhcb.nodes if not node.is_user}
     assert depths == {1, 2, 3}  # root, the VOs, their groups
-    assert any(row.uses_parent_shares for row in lhcb.rows)
+    assert any(lhcb.shares(node) is None for node in lhcb.nodes)
 
 
 def test_export_gives_the_dump_back_byte_for_byte(lhcb_text):
@@ -71,7 +69,7 @@ def test_a_missing_final_newline_is_accepted_and_export_adds_it():
 def test_a_user_row_may_name_its_own_account_as_parent():
     rows = parse_sacctmgr("root|1|||\nvo|1|root||\nvo|1|vo|alice|\n")
     assert export_sacctmgr(rows).endswith("vo|1|vo|alice|\n")
-    assert Tree(rows).parent(("vo", "alice")) == Node("vo")
+    assert build_tree(rows).parent(("vo", "alice")) == Node("vo")
 
 
 def test_names_may_hold_spaces_and_unicode_as_written():
@@ -226,7 +224,7 @@ def test_a_user_with_parent_shares_is_its_account(lhcb):
 
 def test_every_level_divides_exactly_its_parents_share(lhcb):
     for node in lhcb.nodes:
-        level = [child for child in lhcb.children(node) if not lhcb.association(child).uses_parent_shares]
+        level = [child for child in lhcb.children(node) if not lhcb.uses_parent(child)]
         if level:
             total = sum(lhcb.normalised_share(child) for child in level)
             assert total == pytest.approx(lhcb.normalised_share(node)), node
@@ -247,9 +245,9 @@ c|0||u5|
 
 def test_an_account_with_parent_shares_hands_its_children_to_its_parent():
     """Worked by hand: c's users are reparented to root's level: a 3, b 1, u4 4, u5 0 → 8."""
-    tree = Tree(parse_sacctmgr(SMALL))
+    tree = build_tree(parse_sacctmgr(SMALL))
 
-    assert tree.level(("c", "u4")) == [("a", ""), ("b", ""), ("c", "u4"), ("c", "u5")]
+    assert tree.members(("root", "")) == [("a", ""), ("b", ""), ("c", "u4"), ("c", "u5")]
     assert tree.level_shares(("a", "")) == 8
     assert tree.normalised_share(("a", "")) == pytest.approx(3 / 8)
     assert tree.normalised_share(("b", "")) == pytest.approx(1 / 8)
@@ -260,6 +258,7 @@ def test_an_account_with_parent_shares_hands_its_children_to_its_parent():
     assert tree.normalised_share(("c", "")) == 1.0
     # inside a: u2 (parent) takes no part, u1 and u3 divide a's 3/8 as 2:6
     assert tree.siblings(("a", "u1")) == [("a", "u3")]
+    assert tree.members(("a", "")) == [("a", "u1"), ("a", "u2"), ("a", "u3")]  # Fair Tree still ranks u2
     assert tree.normalised_share(("a", "u1")) == pytest.approx(2 / 8 * 3 / 8)
     assert tree.normalised_share(("a", "u3")) == pytest.approx(6 / 8 * 3 / 8)
     assert tree.normalised_share(("a", "u2")) == pytest.approx(3 / 8)
@@ -268,7 +267,7 @@ def test_an_account_with_parent_shares_hands_its_children_to_its_parent():
 
 
 def test_a_level_whose_shares_are_all_zero_gets_nothing():
-    tree = Tree(parse_sacctmgr("root|1|||\na|0|root||\nb|0|root||\nb|5||u|\n"))
+    tree = build_tree(parse_sacctmgr("root|1|||\na|0|root||\nb|0|root||\nb|5||u|\n"))
 
     assert tree.normalised_share(("a", "")) == 0.0
     assert tree.normalised_share(("b", "u")) == 0.0
@@ -277,7 +276,25 @@ def test_a_level_whose_shares_are_all_zero_gets_nothing():
 def test_a_deep_chain_needs_no_recursion():
     depth = 5000
     lines = ["a0|1|||"] + [f"a{i}|1|a{i - 1}||" for i in range(1, depth)] + [f"a{depth - 1}|1||u|"]
-    tree = Tree(parse_sacctmgr("\n".join(lines) + "\n"))
+    tree = build_tree(parse_sacctmgr("\n".join(lines) + "\n"))
 
     assert tree.normalised_share((f"a{depth - 1}", "u")) == 1.0
     assert len(tree.ancestors(f"a{depth - 1}", "u")) == depth + 1
+
+
+def test_a_hand_made_tree_is_taken_as_it_comes():
+    """The policies' trees (the groups' implicit tree, a simulation's) are not checked as a dump is:
+    several tops share an implicit root, a parent without a row makes a top, a cycle ends the walks."""
+    tree = ShareTree({
+        ("a", ""): (None, 3.0), ("a", "u"): (("a", ""), 1.0),
+        ("b", ""): (("gone", ""), 1.0),
+        ("x", ""): (("y", ""), 1.0), ("y", ""): (("x", ""), 1.0),
+    })  # fmt: skip
+
+    assert tree.root == IMPLICIT_ROOT and IMPLICIT_ROOT not in tree and len(tree) == 5
+    assert tree.members(IMPLICIT_ROOT) == [("a", ""), ("b", "")]
+    assert tree.normalised_share(("a", "u")) == pytest.approx(3 / 4)
+    assert [node for node, _ in tree.order] == [IMPLICIT_ROOT, ("a", ""), ("a", "u"), ("b", "")]
+    assert tree.ancestors("x") == [("x", ""), ("y", "")]
+    with pytest.raises(UnknownAssociation):
+        tree.parent(("a", "nobody"))

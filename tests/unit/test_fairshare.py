@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from fairmatch.accounting.tree import IMPLICIT_ROOT
 from fairmatch.priority import fairshare as fs
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 
 ROOT = ("root", "")
 
@@ -197,7 +199,7 @@ def test_fair_tree_merges_tied_sibling_accounts():
         "b1": pytest.approx(2 / 3),
         "a1": pytest.approx(1 / 3),
     }
-    assert fs.IMPLICIT_ROOT not in rows
+    assert IMPLICIT_ROOT not in rows
 
 
 def test_nobody_used_anything():
@@ -239,7 +241,7 @@ def test_implicit_tree_from_groups():
     rows = fs.classic(tree, {})
     assert rows[acct("lhcb")].norm_shares == pytest.approx(3000 / 5000)
     assert rows[("lhcb", "pat")].norm_shares == pytest.approx(0.3)
-    assert tree[acct("other")] == (ROOT, 1000.0)
+    assert tree[acct("other")] == (ROOT, DEFAULT_JOB_SHARE)  # a group without a row of its own
 
 
 def test_a_parent_shares_account_gives_way_to_its_children():
@@ -267,13 +269,19 @@ def test_a_parent_shares_account_gives_way_to_its_children():
     }  # fmt: skip
 
 
-def test_normalised_shares_agree_with_the_association_tree():
-    from fairmatch.accounting.associations import build_tree, parse_sacctmgr
-
-    dump = "root|1|||\nA|parent|root||\nA|2||a1|\nA|1||a2|\nB|1|root||\nB|parent||b1|\nB|3||b2|\nC|4|B||\nC|1||c1|\n"
-    tree = build_tree(parse_sacctmgr(dump))
-    plain = fs.from_tree(tree)
-    assert plain[("B", "b1")] == (acct("B"), None)
-    rows = fs.classic(plain, {})
-    for node in tree.nodes:
-        assert rows[tuple(node)].norm_shares == pytest.approx(tree.normalised_share(node)), node
+def test_parent_shares_across_accounts_from_association_rows():
+    """Worked by hand. A (parent) hands a1 2 and a2 1 to the root's level, beside B 1: 4 in all.
+    In B: b1 (parent) stands for B and takes no share; b2 3 and C 4 divide B's quarter."""
+    rows = [
+        ("root", "", "", "1"),
+        ("A", "", "root", "parent"), ("A", "a1", "", "2"), ("A", "a2", "", "1"),
+        ("B", "", "root", "1"), ("B", "b1", "", "parent"), ("B", "b2", "", "3"),
+        ("C", "", "B", "4"), ("C", "c1", "", "1"),
+    ]  # fmt: skip
+    tree = fs.tree_from_associations(rows)
+    assert tree[("B", "b1")] == (acct("B"), None)
+    norm = {node: row.norm_shares for node, row in fs.classic(tree, {}).items()}
+    assert norm == pytest.approx({
+        ROOT: 1.0, acct("A"): 1.0, ("A", "a1"): 0.5, ("A", "a2"): 0.25,
+        acct("B"): 0.25, ("B", "b1"): 0.25, ("B", "b2"): 3 / 7 * 0.25, acct("C"): 4 / 7 * 0.25, ("C", "c1"): 1 / 7,
+    })  # fmt: skip
