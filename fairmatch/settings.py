@@ -26,7 +26,7 @@ from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.jobs.settings import JobSettings
 from fairmatch.limits.settings import SiteLimitSettings
-from fairmatch.matching.settings import Lottery, MatchingSettings
+from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatching
 from fairmatch.priority.settings import GroupSettings, PrioritySettings
 from fairmatch.sections import Section
 from fairmatch.taskqueues.settings import TaskQueueSettings
@@ -125,7 +125,7 @@ class Settings(BaseSettings):
         return "prefer_longest_cpu" in self.matching.model_fields_set and self.matching.prefer_longest_cpu
 
     @cached_property
-    def effective_matching(self) -> MatchingSettings:
+    def effective_matching(self) -> ResolvedMatching:
         """`matching` as the matcher reads it: the policy's own lottery, and under multifactor (where
         job size is one of the factors) no narrowing to the longest CPU bucket, unless set."""
         policy = self.priority.policy
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
             resolved["lottery"] = POLICY_LOTTERY[policy]
         if policy == "multifactor" and "prefer_longest_cpu" not in self.matching.model_fields_set:
             resolved["prefer_longest_cpu"] = False
-        return self.matching.model_copy(update=resolved)
+        return ResolvedMatching.model_validate(self.matching.model_dump() | resolved)
 
     @classmethod
     def settings_customise_sources(

@@ -49,11 +49,6 @@ def allowed(current: JobStatus, new: JobStatus) -> bool:
     return new in _ALLOWED.get(current, frozenset())
 
 
-def lease_until(now: datetime, jobs: JobSettings) -> datetime:
-    """When a job matched now loses its match unless its pilot reports."""
-    return now + timedelta(seconds=jobs.matched_lease_seconds)
-
-
 def lease_lapsed(job: Any, by: datetime) -> bool:
     """Whether the job is Matched with a lease that ran out by `by`."""
     lease = as_utc(job.lease_expires_at)

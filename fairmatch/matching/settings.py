@@ -58,3 +58,9 @@ class MatchingSettings(Section):
         description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
         "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
     )
+
+
+class ResolvedMatching(MatchingSettings):
+    """`[matching]` as the matcher reads it (`Settings.effective_matching`): the policy's lottery filled in."""
+
+    lottery: Lottery

@@ -130,7 +130,7 @@ def classic_factor(effective_usage: float, norm_shares: float) -> float:
     """2^(-U_eff/S): 1.0 unused, 0.5 at share; no shares means the lowest factor."""
     if norm_shares <= 0:
         return 0.0
-    return 2.0 ** (-effective_usage / norm_shares)
+    return float(2.0 ** (-effective_usage / norm_shares))
 
 
 def _effective_usage(t: ShareTree, used: _Usage) -> dict[Node, float]:
@@ -218,7 +218,7 @@ def _best_user_factor(t: ShareTree, factors: dict[Node, float]) -> dict[Node, fl
         if is_user(node):
             best[node] = factors.get(node)
             continue
-        found = [best[c] for c in t.children(node) if best.get(c) is not None]
+        found = [factor for child in t.children(node) if (factor := best.get(child)) is not None]
         best[node] = max(found) if found else None
     return best
 
@@ -324,9 +324,9 @@ def tree_from_associations(
             tree[Node(account, user)] = (Node(account), parse_shares(shares))
         else:
             tree[Node(account)] = (Node(parent) if parent else None, parse_shares(shares))
-    for _node, (parent, _) in list(tree.items()):
-        if parent is not None and parent not in tree:
-            tree[parent] = (None, 1.0)
+    for above, _ in list(tree.values()):
+        if above is not None and above not in tree:
+            tree[above] = (None, 1.0)
     return tree
 
 
