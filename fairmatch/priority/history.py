@@ -9,14 +9,15 @@ instants where it ran nothing count as zero.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 GROUP_LEVEL = ""  # the owner column of a group's own row
 
 
-def sample_rows(sample_id: int, counts: Iterable[tuple[str, str, int]]) -> list[dict]:
+def sample_rows(sample_id: int, counts: Iterable[tuple[str, str, int]]) -> list[dict[str, Any]]:
     """The running_samples rows of one sample: each (group, owner) count, then each group's total."""
     per_group: dict[str, int] = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for group, owner, running in counts:
         rows.append({"sample_id": sample_id, "owner_group": group, "owner": owner, "running": running})
         per_group[group] = per_group.get(group, 0) + running
