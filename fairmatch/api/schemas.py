@@ -156,7 +156,7 @@ class PriorityRun(BaseModel):
     policy: str
     tq_weight: str
     corrections_enabled: bool
-    entities: list[EntityShare] = Field(description="dirac: the sharing entities.")
+    entities: list[EntityShare] = Field(default_factory=list, description="dirac: the sharing entities.")
     task_queue_priorities: list[dict[str, Any]] = Field(
         description="Every TQ's priority and how it was made (the policy's terms or factors)."
     )

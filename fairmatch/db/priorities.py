@@ -15,6 +15,7 @@ from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chun
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import groups, history_samples, jobs, priority_runs, running_samples, task_queues, tq_jobs
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
+from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.dirac import GroupPolicy
 from fairmatch.priority.history import GROUP_LEVEL, sample_rows
 from fairmatch.priority.rank import RankGroup
@@ -233,13 +234,16 @@ class PriorityDB(AreaDB):
     async def waiting_jobs(self, tq_ids: Iterable[int], limit: int) -> list[Any]:
         """The tq_jobs rows of these TQs, lowest job ids first."""
         stmt = select(tq_jobs).where(tq_jobs.c.tq_id.in_(list(tq_ids))).order_by(tq_jobs.c.job_id).limit(limit)
-        return (await self.conn.execute(stmt)).all()
+        return list((await self.conn.execute(stmt)).all())
 
     # --- priority runs -----------------------------------------------------------------------
 
-    async def record_run(self, run: dict[str, Any]) -> int:
-        """Store one run (priority_runs columns); its id."""
-        return (await self.conn.execute(insert(priority_runs).values(**run).returning(priority_runs.c.id))).scalar_one()
+    async def record_run(self, run: dict[str, Any], corrections: ShareCorrections) -> tuple[int, dict[str, Any]]:
+        """Store one run (priority_runs columns) with the share corrections it applied, which
+        its report keeps beside what the policy reported; its id and its report as stored."""
+        report = {**run["report"], **_corrections_report(corrections)}
+        stmt = insert(priority_runs).values(**{**run, "report": report}).returning(priority_runs.c.id)
+        return (await self.conn.execute(stmt)).scalar_one(), report
 
     async def prune_runs(self, newest_id: int, keep: int) -> None:
         """Delete all runs but the `keep` up to `newest_id`."""
@@ -261,6 +265,11 @@ class PriorityDB(AreaDB):
             "task_queues": row.task_queues,
             "report": row.report,
         }
+
+    async def latest_corrections(self) -> ShareCorrections:
+        """The share corrections the latest run applied (none before the first run)."""
+        report = await self.latest_report()
+        return UNCORRECTED if report is None else _corrections_of(report)
 
     async def latest_report(self) -> dict[str, Any] | None:
         """The latest run's report alone."""
@@ -298,6 +307,29 @@ class PriorityDB(AreaDB):
     async def task_queue_count(self) -> int:
         """Task queues, with waiting jobs or not yet swept."""
         return (await self.conn.execute(select(func.count()).select_from(task_queues))).scalar_one()
+
+
+def _corrections_report(corrections: ShareCorrections) -> dict[str, Any]:
+    """The corrections as a run's report keeps them (GET /shares shows the first two keys)."""
+    return {
+        "corrections_enabled": corrections.enabled,
+        "corrections": dict(corrections.explained),
+        "correction_factors": {
+            "groups": dict(corrections.groups),
+            "owners": [[group, owner, factor] for (group, owner), factor in sorted(corrections.owners.items())],
+        },
+    }
+
+
+def _corrections_of(report: dict[str, Any]) -> ShareCorrections:
+    """The corrections kept in a run's report (`_corrections_report`)."""
+    factors = report.get("correction_factors") or {}  # runs recorded before the factors were kept have none
+    return ShareCorrections(
+        enabled=report.get("corrections_enabled", False),
+        groups=dict(factors.get("groups", {})),
+        owners={(group, owner): factor for group, owner, factor in factors.get("owners", [])},
+        explained=report.get("corrections", {}),
+    )
 
 
 class PostgresPriorityDB(PostgresStatements, PriorityDB, dialect="postgresql"):

@@ -26,6 +26,7 @@ from fairmatch.db.job_classes import JobClassDB
 from fairmatch.db.priorities import PRIORITY_LOCK, PriorityDB
 from fairmatch.metrics import RECOMPUTE_DURATION
 from fairmatch.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
+from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.facts import TqFacts
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.rank import RankGroup
@@ -131,7 +132,7 @@ async def _corrections(
     loads: list[dirac.TqLoad],
     policies: dict[str, dirac.GroupPolicy],
     now: datetime,
-) -> tuple[dict[str, float], dict[tuple[str, str], float], dict[str, Any]]:
+) -> ShareCorrections:
     """Group corrections, per-owner corrections, and each instance's explanation."""
     owners: dict[str, set[str]] = {}
     for load in loads:
@@ -158,16 +159,18 @@ async def _corrections(
             else:
                 user_factors[(instance.group, entity)] = corrected.correction
         explained[name] = {"group": instance.group, **result.to_json()}
-    return group_factors, user_factors, explained
+    return ShareCorrections(enabled=True, groups=group_factors, owners=user_factors, explained=explained)
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """A policy's decision: priority and explanation per TQ, and what the run report adds."""
+    """A policy's decision: priority and explanation per TQ, what the run report adds, and the
+    share corrections it applied."""
 
     priorities: dict[int, float]
     origins: dict[int, dict[str, Any]]
     report: dict[str, Any]
+    corrections: ShareCorrections = UNCORRECTED
 
 
 async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome) -> int:
@@ -187,10 +190,9 @@ async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome) -> int:
     return changed_priorities
 
 
-def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], corrections_on: bool) -> dict[str, Any]:
+def _dirac_report(decision: dirac.Decision) -> dict[str, Any]:
     total = sum(e.share for e in decision.entities) or 1.0
     return {
-        "corrections_enabled": corrections_on,
         "entities": [
             {
                 "group": e.group,
@@ -204,7 +206,6 @@ def _dirac_report(decision: dirac.Decision, explained: dict[str, Any], correctio
             }
             for e in decision.entities
         ],
-        "corrections": explained,
     }
 
 
@@ -214,11 +215,9 @@ async def _decide_dirac(
     loads = _tq_loads(rows)
     policies = await inputs.group_policies()
     corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
-    group_factors, user_factors, explained = (
-        await _corrections(inputs, corrections, loads, policies, now) if corrections_on else ({}, {}, {})
-    )
-    decision = dirac.decide(loads, policies, settings.priority.tq_weight, group_factors, user_factors)
-    return Outcome(decision.priorities, decision.origins, _dirac_report(decision, explained, corrections_on))
+    applied = await _corrections(inputs, corrections, loads, policies, now) if corrections_on else UNCORRECTED
+    decision = dirac.decide(loads, policies, settings.priority.tq_weight, applied.groups, applied.owners)
+    return Outcome(decision.priorities, decision.origins, _dirac_report(decision), applied)
 
 
 async def _decide_rank(
@@ -347,16 +346,13 @@ async def recompute(
         report = {
             "policy": settings.priority.policy,
             "tq_weight": settings.priority.tq_weight,
-            "corrections_enabled": False,
-            "entities": [],
-            "corrections": {},
             **outcome.report,
             "task_queue_priorities": _task_queue_report(rows, outcome),
         }
-        run_id = await db.record_run({
+        run_id, report = await db.record_run({
             "runner": runner, "started_at": started, "finished_at": finished, "policy": settings.priority.policy,
             "task_queues": len(rows), "report": report,
-        })  # fmt: skip
+        }, outcome.corrections)  # fmt: skip
         await db.prune_runs(run_id, KEEP_RUNS)
     RECOMPUTE_DURATION.observe(time.perf_counter() - clock)
     return {
@@ -394,21 +390,10 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
         rows = await db.waiting_loads(group_names)
         if not rows:
             return
-        last = await db.latest_run()
-        group_factors, user_factors = _factors_of(last["report"] if last else None)
+        last = await db.latest_corrections()
         policies = await db.group_policies()
-        decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, group_factors, user_factors)
+        decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, last.groups, last.owners)
         await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}))
-
-
-def _factors_of(report: dict | None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-    group_factors: dict[str, float] = {}
-    user_factors: dict[tuple[str, str], float] = {}
-    for entity in (report or {}).get("entities", []):
-        group_factors[entity["group"]] = entity["group_correction"]
-        if entity["owner"] is not None:
-            user_factors[(entity["group"], entity["owner"])] = entity["user_correction"]
-    return group_factors, user_factors
 
 
 async def shares(conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, *, runner: str) -> dict:
@@ -416,7 +401,9 @@ async def shares(conn: AsyncConnection, settings: Settings, corrections: Correct
     async with read_transaction(conn):
         last = await PriorityDB.of(conn).latest_run()
     if last is None:
-        return await recompute(conn, settings, corrections, runner=runner, scheduled=False)
+        made = await recompute(conn, settings, corrections, runner=runner, scheduled=False)
+        assert made is not None  # a forced run always runs
+        return made
     return {**{k: v for k, v in last.items() if k != "report"}, **last["report"]}
 
 

@@ -127,7 +127,7 @@ def key(owner: str, group: str, cpu_time: int, sites) -> tuple:
     return owner, group, cpu_time, tuple(sites)
 
 
-async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple, float], dict]:
+async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple, float], priorities.Outcome]:
     first_job = {}
     for i, (seconds, *_rest) in enumerate(SUBMISSIONS):
         clock.at(seconds)
@@ -164,10 +164,10 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
         key(q["owner"], q["owner_group"], q["cpu_time"], q["sites"]): outcome.priorities[tq_id]
         for tq_id, q in queues.items()
     }
-    return by_key, outcome.report
+    return by_key, outcome
 
 
-async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[dict[tuple, float], dict]:
+async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[dict[tuple, float], priorities.Outcome]:
     settings = ScenarioSettings(**config, groups=GROUPS)
     world = SimulatedWorld(settings, {}, START, parse_sacctmgr(TREE) if tree else ())
     queues = {}
@@ -189,23 +189,23 @@ async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[
         r = q.requirements
         if q.tq_id in outcome.priorities:
             by_key[key(r.owner, r.owner_group, r.cpu_time, r.sites)] = outcome.priorities[q.tq_id]
-    return by_key, outcome.report
+    return by_key, outcome
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 async def test_the_simulator_and_the_service_give_the_same_priorities(service, policy):
     tree = policy.endswith("-tree")
     world, clock = await service(POLICIES[policy], tree)
-    on_service, service_report = await played_on_the_service(world, clock)
-    simulated, simulated_report = await played_in_the_simulation(POLICIES[policy], tree)
+    on_service, served = await played_on_the_service(world, clock)
+    simulated, in_simulation = await played_in_the_simulation(POLICIES[policy], tree)
     assert len(on_service) == len(SUBMISSIONS) - 1  # two submissions share a task queue (same requirements)
     assert simulated == pytest.approx(on_service, rel=1e-12)
     assert len(set(on_service.values())) > 3  # the state is rich enough to tell the queues apart
     if policy == "dirac-corrected":
-        assert simulated_report["corrections"] == service_report["corrections"]
-        corrected = {e["group"]: e["group_correction"] for e in service_report["entities"]}
+        assert in_simulation.corrections == served.corrections
+        corrected = {e["group"]: e["group_correction"] for e in served.report["entities"]}
         assert any(abs(c - 1.0) > 0.05 for c in corrected.values()), corrected  # the history bit
     if policy.startswith("multifactor"):
-        assert simulated_report["associations"] == service_report["associations"]
-        accounts = {(row["account"], row["user"]) for row in service_report["associations"]}
+        assert in_simulation.report["associations"] == served.report["associations"]
+        accounts = {(row["account"], row["user"]) for row in served.report["associations"]}
         assert (("grid", "") in accounts) is tree  # the imported tree was used, not the implicit one

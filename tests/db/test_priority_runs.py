@@ -1,0 +1,55 @@
+"""A priority run's share corrections are stored with the run and read back as they were applied."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairmatch.clock import utcnow
+from fairmatch.db.priorities import PriorityDB
+from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
+
+pytestmark = pytest.mark.anyio
+
+CORRECTED = ShareCorrections(
+    enabled=True,
+    groups={"lhcb_mc": 1.25, "lhcb_user": 0.8},
+    owners={("lhcb_user", "alice"): 0.5, ("lhcb_user", "bob"): 1.5},
+    explained={"groups": {"group": None, "entities": {"lhcb_mc": {"correction": 1.25}}}},
+)
+
+
+def run(report: dict) -> dict:
+    now = utcnow()
+    return {"runner": "test", "started_at": now, "finished_at": now, "policy": "dirac", "task_queues": 0,
+            "report": report}  # fmt: skip
+
+
+async def test_the_corrections_of_the_latest_run_come_back_as_they_were_applied(engine):
+    async with engine.connect() as conn, conn.begin():
+        db = PriorityDB.of(conn)
+        assert await db.latest_corrections() == UNCORRECTED
+        await db.record_run(run({"entities": []}), UNCORRECTED)
+        _, report = await db.record_run(run({"entities": []}), CORRECTED)
+        assert await db.latest_corrections() == CORRECTED
+        assert await db.latest_report() == report
+    # what GET /shares shows of them
+    assert report["corrections_enabled"] is True and report["corrections"] == CORRECTED.explained
+
+
+async def test_a_run_without_corrections_reads_back_uncorrected(engine):
+    async with engine.connect() as conn, conn.begin():
+        db = PriorityDB.of(conn)
+        await db.record_run(run({"entities": []}), CORRECTED)
+        _, report = await db.record_run(run({"window_days": 7}), UNCORRECTED)
+        assert await db.latest_corrections() == UNCORRECTED
+    assert report["corrections_enabled"] is False and report["corrections"] == {}
+
+
+async def test_new_task_queues_take_the_latest_run_s_corrections(engine, world_of):
+    async with engine.connect() as conn, conn.begin():
+        await PriorityDB.of(conn).record_run(run({"entities": []}), CORRECTED)
+    world = await world_of()
+    await world.submit([{"owner": "alice", "owner_group": "lhcb_user"}, {"owner": "carol", "owner_group": "lhcb_prod"}])
+    origins = {tq["owner"]: tq["priority_origin"] for tq in await world.task_queues()}
+    assert (origins["alice"]["group_correction"], origins["alice"]["user_correction"]) == (0.8, 0.5)
+    assert (origins["carol"]["group_correction"], origins["carol"]["user_correction"]) == (1.0, 1.0)
