@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -47,7 +47,7 @@ class Keeper:
     def __init__(self, settings: MatchingSettings) -> None:
         self.settings = settings
         self.catalog = Catalog()
-        self._read_until = None  # the database's time of the last read
+        self._read_until: datetime | None = None  # the database's time of the last read
         self._read_at = -float("inf")  # time.monotonic() of the last read
         self._swept_at = time.monotonic()
         self._generation = -1
