@@ -236,6 +236,7 @@ async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _
     elsewhere), and a broken connection is dropped from the pool.
     """
     raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None, "a checked-out connection has its driver's"
     try:
         # one statement is its own transaction: in autocommit mode, no BEGIN and
         # COMMIT round trips around it

@@ -135,7 +135,8 @@ async def claim_in_thread(
     codec = _CODECS.get(conn.dialect.name)
     if codec is None:
         codec = _CODECS[conn.dialect.name] = Codec(conn.dialect)
-    driver: OneTripConnection = (await conn.get_raw_connection()).driver_connection
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, OneTripConnection)
     try:
         outcome = await driver.on_thread(_in_thread, codec.bind(params), named, draw, own_transaction)
     except sqlite3.Error as exc:  # as the engine would raise it: outages answer 503 as elsewhere

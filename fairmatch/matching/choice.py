@@ -13,7 +13,7 @@ import random
 
 from fairmatch.matching.catalog import Catalog, Entry
 from fairmatch.matching.lottery import draw, probabilities
-from fairmatch.matching.settings import MatchingSettings
+from fairmatch.matching.settings import ResolvedMatching
 
 
 def finalists(catalog: Catalog, eligible: int, prefer_longest_cpu: bool) -> int:
@@ -32,14 +32,14 @@ def finalists(catalog: Catalog, eligible: int, prefer_longest_cpu: bool) -> int:
     return best
 
 
-def choose(catalog: Catalog, eligible: int, settings: MatchingSettings, rng: random.Random) -> Entry | None:
+def choose(catalog: Catalog, eligible: int, settings: ResolvedMatching, rng: random.Random) -> Entry | None:
     pool = catalog.positions(finalists(catalog, eligible, settings.prefer_longest_cpu))
     if pool.size == 0:
         return None
-    return catalog.slots[pool[draw(catalog.priorities[pool], settings.lottery, rng)]]
+    return catalog.slots[int(pool[draw(catalog.priorities[pool], settings.lottery, rng)])]
 
 
-def choose_level(entry: Entry, settings: MatchingSettings, rng: random.Random) -> float | None:
+def choose_level(entry: Entry, settings: ResolvedMatching, rng: random.Random) -> float | None:
     """A user-priority level of the TQ; None when none is left."""
     levels = entry.open_levels()
     if not levels:
@@ -48,7 +48,7 @@ def choose_level(entry: Entry, settings: MatchingSettings, rng: random.Random) -
     return levels[index][0]
 
 
-def chances(catalog: Catalog, eligible: int, settings: MatchingSettings) -> dict[int, float]:
+def chances(catalog: Catalog, eligible: int, settings: ResolvedMatching) -> dict[int, float]:
     """P(each eligible TQ is drawn) under `choose`; TQs outside the finalists get 0."""
     result = {tq_id: 0.0 for tq_id in catalog.tq_ids(eligible)}
     pool = catalog.positions(finalists(catalog, eligible, settings.prefer_longest_cpu))

@@ -23,7 +23,7 @@ from fairmatch.matching.catalog import Catalog, Entry, bit
 from fairmatch.matching.choice import choose, choose_level
 from fairmatch.matching.eligibility import eligible
 from fairmatch.matching.resource import ResourceQuery
-from fairmatch.matching.settings import MatchingSettings
+from fairmatch.matching.settings import ResolvedMatching
 
 # Claims of one match: each claims, or learns something for good (a level or a task
 # queue found empty, a task queue a limit refuses), so the loop ends long before this.
@@ -137,7 +137,7 @@ class Matcher:
 
     catalog: Catalog
     query: ResourceQuery
-    options: MatchingSettings
+    options: ResolvedMatching
     rng: random.Random
     named: tuple[int, float] | None = None
     limits: SiteRules | None = None

@@ -89,7 +89,7 @@ def entities_of(
                 owner=owner,
                 configured_share=policy.job_share / split,
                 group_correction=group_corrections.get(load.owner_group, 1.0),
-                user_correction=1.0 if owner is None else user_corrections.get(key, 1.0),
+                user_correction=1.0 if owner is None else user_corrections.get((load.owner_group, owner), 1.0),
             )
         found[key].tq_ids.append(load.tq_id)
     return sorted(found.values(), key=lambda e: (e.group, e.owner or ""))

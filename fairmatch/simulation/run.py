@@ -140,7 +140,7 @@ class Simulation:
 
     def _priority_class(self, stream: Stream) -> int:
         """As an operator's submission settles it: the class asked for, or the job class's default."""
-        job_class = self.world.classes.get(stream.job.job_class)
+        job_class = self.world.classes.get(stream.job.job_class) if stream.job.job_class is not None else None
         return resolve_priority_class(True, requested_class(stream.job), job_class)
 
     # --- what the service's database and loops do ------------------------------------------------

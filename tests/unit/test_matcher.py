@@ -13,10 +13,10 @@ import pytest
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.matcher import MAX_STEPS, Claimed, ClaimTarget, Matcher, Missed, Outcome, Refused, match
 from fairmatch.matching.resource import ResourceDescription, ResourceQuery
-from fairmatch.matching.settings import Lottery, MatchingSettings
+from fairmatch.matching.settings import Lottery, ResolvedMatching
 from tests.unit.catalogs import catalog_of, tq_row
 
-OPTIONS = MatchingSettings(lottery=Lottery.exact, jobs_per_try=4, claim_attempts=3)
+OPTIONS = ResolvedMatching(lottery=Lottery.exact, jobs_per_try=4, claim_attempts=3)
 QUERY = ResourceDescription(site="S", cpu_time=86400).to_query(OPTIONS)
 
 

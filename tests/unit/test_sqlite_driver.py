@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from fairmatch.db import sqlite_driver
 from fairmatch.db.engine import create_engine
+from fairmatch.errors import UniqueViolation
 
 
 def test_the_cursor_keeps_rows_counts_and_ids_of_each_statement(tmp_path):
@@ -35,7 +36,7 @@ def test_the_cursor_keeps_rows_counts_and_ids_of_each_statement(tmp_path):
     asyncio.run(scenario())
 
 
-def test_the_service_engine_uses_it_and_errors_stay_sqlalchemys(tmp_path):
+def test_the_service_engine_uses_it_and_its_errors_are_fairmatchs(tmp_path):
     async def scenario():
         engine = create_engine(f"sqlite:///{tmp_path}/e.db")
         try:
@@ -47,8 +48,8 @@ def test_the_service_engine_uses_it_and_errors_stay_sqlalchemys(tmp_path):
             try:
                 async with engine.begin() as conn:
                     await conn.execute(sa.text("INSERT INTO t (v) VALUES ('x')"))
-            except sa.exc.IntegrityError:
-                pass
+            except UniqueViolation as exc:
+                assert "UNIQUE constraint failed: t.v" in exc.cause  # the driver's word, kept for the log
             else:
                 raise AssertionError("a duplicate was stored")
             async with engine.connect() as conn:  # the failed transaction was rolled back
