@@ -152,6 +152,22 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+class GivenSettings(Settings):
+    """The settings from the arguments given alone: neither the environment nor a settings
+    file leaks in (a simulation's scenario, the documentation's defaults)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
 class ConfigFileError(RuntimeError):
     pass
 

@@ -11,32 +11,16 @@ import json
 from typing import Any
 
 from markdown_text import cell, escape
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from fairmatch.main import create_app
-from fairmatch.settings import Settings
+from fairmatch.settings import GivenSettings
 
 METHODS = ("get", "put", "post", "patch", "delete")
 REF_PREFIX = "#/components/schemas/"
 
 
-class DefaultSettings(Settings):
-    """The settings' defaults alone: neither the environment nor a settings file changes the page."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-
 def openapi_document() -> dict[str, Any]:
-    return create_app(DefaultSettings()).openapi()
+    return create_app(GivenSettings()).openapi()  # the defaults: the machine's settings stay out
 
 
 def schema_anchor(name: str) -> str:

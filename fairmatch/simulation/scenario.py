@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from fairmatch.accounting.associations import (
     Association,
@@ -25,7 +24,7 @@ from fairmatch.accounting.associations import (
 from fairmatch.fields import Int, Name, NameList
 from fairmatch.jobs.classes import JobClass, JobClassSpec
 from fairmatch.jobs.models import MAX_CPU_TIME, JobSpec
-from fairmatch.settings import Settings
+from fairmatch.settings import GivenSettings, Settings
 from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 MAX_HOURS = 24 * 366
@@ -34,22 +33,6 @@ MAX_SLOTS = 1_000_000
 
 class ScenarioError(ValueError):
     """A scenario that cannot be simulated; the message is one line for the operator."""
-
-
-class ScenarioSettings(Settings):
-    """The service's settings from the scenario's `[config]` alone: neither the environment
-    nor config/fairmatch.toml of the machine that runs the simulation leaks in."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
 
 
 class Clock(BaseModel):
@@ -116,7 +99,8 @@ class Scenario(BaseModel):
         return self._rows
 
     def settings(self) -> Settings:
-        return ScenarioSettings(**{k: v for k, v in self.config.items() if k != "job_classes"})
+        # from the scenario's `[config]` alone: the machine's environment and config file stay out
+        return GivenSettings(**{k: v for k, v in self.config.items() if k != "job_classes"})
 
     def job_classes(self) -> dict[str, JobClass]:
         specs = TypeAdapter(dict[Name, JobClassSpec]).validate_python(self.config.get("job_classes") or {})

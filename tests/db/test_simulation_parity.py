@@ -22,9 +22,8 @@ from fairmatch.db.engine import create_engine, read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.services import accounting, groups, jobs, matching, priorities, submission
-from fairmatch.settings import Settings
+from fairmatch.settings import GivenSettings, Settings
 from fairmatch.simulation.run import START
-from fairmatch.simulation.scenario import ScenarioSettings
 from fairmatch.simulation.world import Inputs
 from fairmatch.simulation.world import World as SimulatedWorld
 from fairmatch.taskqueues.requirements import real_priority
@@ -168,7 +167,7 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
 
 
 async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[dict[tuple, float], priorities.Outcome]:
-    settings = ScenarioSettings(**config, groups=GROUPS)
+    settings = GivenSettings(**config, groups=GROUPS)
     world = SimulatedWorld(settings, {}, START, parse_sacctmgr(TREE) if tree else ())
     queues = {}
     for i, (seconds, _owner, _group, n, _fields) in enumerate(SUBMISSIONS):
