@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -23,8 +24,11 @@ import pytest
 import sqlalchemy as sa
 
 from bench.run_env import wait_until_ready  # also imported from here by the test modules
+from fairmatch.auth.settings import AuthSettings
+from fairmatch.auth.tokens import Role, create_token
 from fairmatch.db import migrate
 from fairmatch.db.tables import metadata
+from tests.asgi_server import InProcessServer, settings_of
 from tests.forked_server import ForkedServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,12 +195,26 @@ def start_server(db: TestDatabase, directory: Path, **settings: str) -> Server:
     pytest.fail(f"server not ready within 30 s (exit {process.returncode}):\n{server.log()}", pytrace=False)
 
 
-def servers_of(databases: PerBackend, tmp_path_factory, name: str, **settings: str) -> Iterator[PerBackend]:
+def start_in_process(db: TestDatabase, directory: Path, **settings: str) -> InProcessServer:
+    """The application served in this process (tests/asgi_server.py), with the settings
+    `start_server` would give a real server."""
+    config = directory / "empty.toml"
+    config.write_text("# settings come from the environment in tests\n")
+    return InProcessServer(settings_of(config, db.url, **settings), directory / "server.log")
+
+
+# how a directory's tests start their servers: real uvicorn; in process under tests/api/
+Start = Callable[..., Server | InProcessServer]
+
+
+def servers_of(
+    databases: PerBackend, tmp_path_factory, name: str, start: Start = start_server, **settings: str
+) -> Iterator[PerBackend]:
     """For a session fixture: per backend, a server with these settings on the session's database,
     started when first asked for and stopped at the end."""
 
-    def make(backend: str) -> tuple[Server, Callable[[], None]]:
-        srv = start_server(databases[backend], tmp_path_factory.mktemp(f"{name}-{backend}"), **settings)
+    def make(backend: str) -> tuple[Server | InProcessServer, Callable[[], None]]:
+        srv = start(databases[backend], tmp_path_factory.mktemp(f"{name}-{backend}"), **settings)
         return srv, srv.stop
 
     cache = PerBackend(make)
@@ -218,17 +236,17 @@ def server(database, servers) -> Server:
     return servers[database.backend]
 
 
-def servers_on(db: TestDatabase, directory: Path) -> Iterator[Callable[..., Server]]:
+def servers_on(db: TestDatabase, directory: Path, start: Start = start_server) -> Iterator[Callable[..., Server]]:
     """For a test fixture: start servers with other settings on `db`, stopped after the test."""
-    started: list[Server] = []
+    started: list[Server | InProcessServer] = []
 
-    def start(**settings: str) -> Server:
-        srv = start_server(db, directory, **settings)
+    def start_one(**settings: str) -> Server | InProcessServer:
+        srv = start(db, directory, **settings)
         started.append(srv)
         return srv
 
     try:
-        yield start
+        yield start_one
     finally:
         for srv in started:
             srv.stop()
@@ -257,6 +275,14 @@ def quiet_servers() -> Iterator[dict[tuple, Server]]:
 
 @pytest.fixture
 def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[..., Server]:
+    """The module's server of this backend with these settings, started when first asked for
+    (real uvicorn; see `quiet_server_of`)."""
+    return quiet_server_of(database, quiet_servers, tmp_path_factory, start_server)
+
+
+def quiet_server_of(
+    database: TestDatabase, quiet_servers: dict, tmp_path_factory, start: Start
+) -> Callable[..., Server | InProcessServer]:
     """The module's server of this backend with these settings, started when first asked for.
 
     Only settings that change what a request does (`matching.*`, `priority.policy`), and
@@ -265,13 +291,13 @@ def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[.
     other tests on the database could see, so every test asking for the same settings can
     share it."""
 
-    def get(**settings: str) -> Server:
+    def get(**settings: str) -> Server | InProcessServer:
         others = [name for name in settings if not name.upper().startswith(QUIET_SETTINGS)]
         assert not others, f"settings a shared server must not have, use server_factory: {others}"
         key = (database.backend, tuple(sorted(settings.items())))
         if key not in quiet_servers:
             directory = tmp_path_factory.mktemp(f"quiet-{database.backend}")
-            quiet_servers[key] = start_server(database, directory, PRIORITY__INTERVAL_SECONDS="3600", **settings)
+            quiet_servers[key] = start(database, directory, PRIORITY__INTERVAL_SECONDS="3600", **settings)
             if "PRIORITY__POLICY" in settings:  # its first run, a second after start, is behind it
                 time.sleep(1.5)
         return quiet_servers[key]
@@ -346,3 +372,23 @@ def clean(database) -> TestDatabase:
 def client(server, clean) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+TOKEN_SECRET = "end-to-end test secret, long enough for HS256"
+TOKEN_SETTINGS = AuthSettings(mode="token", secret=TOKEN_SECRET)  # what `token_server` checks
+
+
+@pytest.fixture
+def as_role(token_server, clean) -> Iterator[Callable[..., httpx.Client]]:
+    """A client of `token_server` acting with a freshly minted token of `role`."""
+    clients: list[httpx.Client] = []
+
+    def make(role: str, sub: str = "someone", **claims: Any) -> httpx.Client:
+        bearer = create_token(TOKEN_SETTINGS, role=Role(role), sub=sub, ttl_seconds=600, **claims)
+        c = token_server.client(headers={"Authorization": f"Bearer {bearer}"})
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()

@@ -1,20 +1,13 @@
-"""End-to-end fixtures shared by the test modules: token-mode servers, role clients, the CLI environment."""
+"""End-to-end fixtures shared by the test modules: token-mode servers and the CLI environment."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from fairmatch.auth.settings import AuthSettings
-from fairmatch.auth.tokens import Role, create_token
-from tests.conftest import PerBackend, Server, servers_of
-
-TOKEN_SECRET = "end-to-end test secret, long enough for HS256"
-TOKEN_SETTINGS = AuthSettings(mode="token", secret=TOKEN_SECRET)
+from tests.conftest import TOKEN_SECRET, PerBackend, Server, servers_of
 
 
 def pytest_collection_modifyitems(items):
@@ -34,22 +27,6 @@ def token_servers(databases, tmp_path_factory) -> Iterator[PerBackend]:
 def token_server(database, token_servers) -> Server:
     """The token-mode server of this test's backend."""
     return token_servers[database.backend]
-
-
-@pytest.fixture
-def as_role(token_server, clean) -> Iterator[Callable[..., httpx.Client]]:
-    """A client of `token_server` acting with a freshly minted token of `role`."""
-    clients: list[httpx.Client] = []
-
-    def make(role: str, sub: str = "someone", **claims: Any) -> httpx.Client:
-        bearer = create_token(TOKEN_SETTINGS, role=Role(role), sub=sub, ttl_seconds=600, **claims)
-        c = token_server.client(headers={"Authorization": f"Bearer {bearer}"})
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 @pytest.fixture

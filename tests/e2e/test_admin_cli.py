@@ -20,8 +20,7 @@ from typer.testing import CliRunner
 from fairmatch.auth.tokens import Role, create_token
 from fairmatch.cli import cli, render
 from fairmatch.cli import jobs as job_commands
-from tests.conftest import Server
-from tests.e2e.conftest import TOKEN_SETTINGS
+from tests.conftest import TOKEN_SETTINGS, Server
 from tests.e2e.test_cli import assert_failed, get_job, submit_via_api, succeeded, unreachable_url
 from tests.in_process import run_fairmatch
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from fairmatch.api.associations import MAX_DUMP_CHARS
-from tests.e2e.problems import assert_problem
 from tests.in_process import run_fairmatch
+from tests.problems import assert_problem
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sacctmgr_lhcb.txt"
 TEXT = {"content-type": "text/plain; charset=utf-8"}

@@ -17,10 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
-from tests.conftest import REPO, start_server
-from tests.e2e.conftest import TOKEN_SECRET, TOKEN_SETTINGS
-from tests.e2e.problems import assert_problem
+from tests.conftest import REPO, TOKEN_SECRET, TOKEN_SETTINGS, start_server
 from tests.in_process import run_fairmatch
+from tests.problems import assert_problem
 
 SECRET = TOKEN_SECRET
 HS256 = TOKEN_SETTINGS  # the session's token-mode server (tests/e2e/conftest.py) checks these

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from fairmatch.auth.tokens import Role, create_token
-from tests.e2e.conftest import TOKEN_SETTINGS
+from tests.conftest import TOKEN_SETTINGS
 from tests.e2e.test_cli import succeeded
 from tests.in_process import run_fairmatch
 

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.problems import assert_problem
+from tests.problems import assert_problem
 
 SITE_A, SITE_B = "LCG.A.ch", "LCG.B.de"
 

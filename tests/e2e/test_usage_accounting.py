@@ -9,7 +9,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.e2e.problems import assert_problem
+from tests.problems import assert_problem
 
 TREE = "root|1|||\nphysics|40|root||\ntheory|1|physics||\ntheory|1||alice|\n"
 PILOT = {"Site": "S1", "CPUTime": 10**7}

@@ -1,4 +1,4 @@
-"""/groups over real HTTP: create, read, replace, list, validation, roles, config seeding."""
+"""/groups through the HTTP API: create, read, replace, list, validation, roles, config seeding."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.e2e.problems import assert_problem
+from tests.problems import assert_problem
 
 DEFAULTS = {"job_share": 1000.0, "properties": [], "job_sharing": False,
             "allow_background_tqs": False, "priority": 0, "description": None}  # fmt: skip

@@ -4,8 +4,8 @@ that its /match and its own priority loop act on it.
 The statistics at full strength (n >= 1 200 draws per case, both lotteries, the
 corrected closed loop) run in process, seeded, in tests/db/test_fair_share.py,
 through the very services these routes call. Here each property is checked once
-over real HTTP against a real server: the figures the API answers with, and a
-shorter run of draws (HTTP_MATCHES) within the same 3.5-sigma bound.
+through the HTTP API of the whole application: the figures the API answers with,
+and a shorter run of draws (HTTP_MATCHES) within the same 3.5-sigma bound.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The job lifecycle over real HTTP (DESIGN §2, §5).
+"""The job lifecycle through the HTTP API (DESIGN §2, §5).
 
 Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule);
 Running -> Stalled -> Waiting | Failed | Running | Done; any non-final state -> Killed;
@@ -17,7 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.e2e.problems import assert_problem
+from tests.problems import assert_problem
 
 PILOT = {"Site": "S1", "CPUTime": 10**7, "PilotReference": "pilot-1"}
 

@@ -1,4 +1,4 @@
-"""Job classes and priority classes over real HTTP (DESIGN §4.5): /job-classes, their
+"""Job classes and priority classes through the HTTP API (DESIGN §4.5): /job-classes, their
 use at submission, and PATCH /jobs/{id} moving waiting jobs between task queues."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.e2e.problems import assert_problem
-from tests.e2e.test_concurrency import assert_queue_invariants, query, run_together
+from tests.api.test_concurrency import assert_queue_invariants, query, run_together
+from tests.problems import assert_problem
 
 ANYWHERE = {"Site": "S1", "CPUTime": 10**6}
 
