@@ -73,7 +73,7 @@ class _LoopTransport(httpx.BaseTransport):
         except Exception:
             self._server.write_log("Exception in ASGI application\n" + traceback.format_exc())
             return 500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error"
-        body = b"".join([part async for part in response.stream])
+        body = b"".join([part async for part in response.aiter_raw()])  # as sent: the client decodes
         return response.status_code, response.headers.raw, body
 
 

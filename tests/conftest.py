@@ -1,9 +1,31 @@
-"""Test infrastructure: real databases (SQLite file and PostgreSQL) and real uvicorn servers.
+"""Test infrastructure: real databases (SQLite file and PostgreSQL), and the service served
+either by real uvicorn servers or inside the test process.
 
 Backends come from FAIRMATCH_TEST_BACKENDS (default "sqlite,postgresql"); the
 PostgreSQL server from FAIRMATCH_TEST_PG_URL. Each session creates its own
 PostgreSQL database and drops it at the end. An unreachable PostgreSQL is an
 error, never a silent skip.
+
+Where the servers run, by directory (the fixtures keep their names, so a module
+moves by moving its file):
+
+- tests/api/: the HTTP API's contract (bad input, eligibility, the lifecycle,
+  job classes, groups, concurrency on one server, fair share through the API,
+  the smoke test). What they test is the application, so it is served in
+  process (tests/asgi_server.py): the same application, lifespan and
+  background loops as in a uvicorn worker, with no server to start or to wake.
+- tests/e2e/ (marked `e2e`): real uvicorn over real HTTP, where the server or
+  the processes are the subject or a client needs a URL: the CLI talking to a
+  server (test_cli, test_admin_cli, test_associations, test_policies' sprio and
+  sshare, test_usage_accounting's sshare, test_simulate_from), start, stop and
+  signals (test_leases_and_shutdown, test_usage_lag), workers and metrics across
+  processes (test_metrics, test_two_replicas), two servers on one database
+  (test_priority_loop, test_site_limits, test_task_queue_catalog), PgBouncer,
+  schemathesis over the wire, the body limits on chunked uploads and a reused
+  connection (test_hostile_input), tokens next to `fairmatch serve`'s refusal
+  to listen without them (test_auth).
+- tests/fault/: real servers against a PostgreSQL cluster of their own that
+  the tests stop and restart.
 """
 
 from __future__ import annotations
@@ -27,6 +49,7 @@ from bench.run_env import wait_until_ready  # also imported from here by the tes
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
 from fairmatch.db import migrate
+from fairmatch.db.priorities import PRIORITY_LOCK
 from fairmatch.db.tables import metadata
 from tests.asgi_server import InProcessServer, settings_of
 from tests.forked_server import ForkedServerProcess
@@ -204,7 +227,8 @@ def start_in_process(db: TestDatabase, directory: Path, **settings: str) -> InPr
 
 
 # how a directory's tests start their servers: real uvicorn; in process under tests/api/
-Start = Callable[..., Server | InProcessServer]
+AnyServer = Server | InProcessServer
+Start = Callable[..., AnyServer]
 
 
 def servers_of(
@@ -213,7 +237,7 @@ def servers_of(
     """For a session fixture: per backend, a server with these settings on the session's database,
     started when first asked for and stopped at the end."""
 
-    def make(backend: str) -> tuple[Server | InProcessServer, Callable[[], None]]:
+    def make(backend: str) -> tuple[AnyServer, Callable[[], None]]:
         srv = start(databases[backend], tmp_path_factory.mktemp(f"{name}-{backend}"), **settings)
         return srv, srv.stop
 
@@ -236,11 +260,11 @@ def server(database, servers) -> Server:
     return servers[database.backend]
 
 
-def servers_on(db: TestDatabase, directory: Path, start: Start = start_server) -> Iterator[Callable[..., Server]]:
+def servers_on(db: TestDatabase, directory: Path, start: Start = start_server) -> Iterator[Start]:
     """For a test fixture: start servers with other settings on `db`, stopped after the test."""
-    started: list[Server | InProcessServer] = []
+    started: list[AnyServer] = []
 
-    def start_one(**settings: str) -> Server | InProcessServer:
+    def start_one(**settings: str) -> AnyServer:
         srv = start(db, directory, **settings)
         started.append(srv)
         return srv
@@ -253,7 +277,7 @@ def servers_on(db: TestDatabase, directory: Path, start: Start = start_server) -
 
 
 @pytest.fixture
-def server_factory(database, tmp_path) -> Iterator[Callable[..., Server]]:
+def server_factory(database, tmp_path) -> Iterator[Start]:
     """Start extra servers with other settings on the session's database; stopped after the test."""
     yield from servers_on(database, tmp_path)
 
@@ -274,15 +298,13 @@ def quiet_servers() -> Iterator[dict[tuple, Server]]:
 
 
 @pytest.fixture
-def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[..., Server]:
+def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Start:
     """The module's server of this backend with these settings, started when first asked for
     (real uvicorn; see `quiet_server_of`)."""
     return quiet_server_of(database, quiet_servers, tmp_path_factory, start_server)
 
 
-def quiet_server_of(
-    database: TestDatabase, quiet_servers: dict, tmp_path_factory, start: Start
-) -> Callable[..., Server | InProcessServer]:
+def quiet_server_of(database: TestDatabase, quiet_servers: dict, tmp_path_factory, start: Start) -> Start:
     """The module's server of this backend with these settings, started when first asked for.
 
     Only settings that change what a request does (`matching.*`, `priority.policy`), and
@@ -291,7 +313,7 @@ def quiet_server_of(
     other tests on the database could see, so every test asking for the same settings can
     share it."""
 
-    def get(**settings: str) -> Server | InProcessServer:
+    def get(**settings: str) -> AnyServer:
         others = [name for name in settings if not name.upper().startswith(QUIET_SETTINGS)]
         assert not others, f"settings a shared server must not have, use server_factory: {others}"
         key = (database.backend, tuple(sorted(settings.items())))
@@ -318,7 +340,7 @@ def private_database(database, tmp_path) -> Iterator[TestDatabase]:
 
 
 @pytest.fixture
-def private_server_factory(private_database, tmp_path) -> Iterator[Callable[..., Server]]:
+def private_server_factory(private_database, tmp_path) -> Iterator[Start]:
     """Start servers on `private_database`; stopped after the test, before it is removed."""
     yield from servers_on(private_database, tmp_path)
 
@@ -333,13 +355,19 @@ def clear_tables(db: TestDatabase, attempts: int = 5) -> None:
     which PostgreSQL deletes in ~3 ms where truncating the whole schema takes ~50 ms. Ids go
     on counting (fairmatch never gives an id twice, on either backend). The servers'
     background work may hold row locks in another order: a deadlock PostgreSQL breaks by
-    aborting one side, so the cleanup tries again."""
+    aborting one side, so the cleanup tries again.
+
+    On PostgreSQL the cleanup holds the priority loop's lock: a run that read the previous
+    test's jobs commits before the rows go (and goes with them), and none starts meanwhile;
+    SQLite's write lock does the same there."""
     engine = _CLEANUP_ENGINES.get(db.sync_url)
     if engine is None:
         engine = _CLEANUP_ENGINES[db.sync_url] = sa.create_engine(db.sync_url, pool_size=1)
     for attempt in range(attempts):
         try:
             with engine.begin() as conn:
+                if db.backend == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PRIORITY_LOCK})
                 for table in reversed(metadata.sorted_tables):
                     conn.execute(table.delete())
             return
@@ -349,12 +377,19 @@ def clear_tables(db: TestDatabase, attempts: int = 5) -> None:
             time.sleep(0.2)
 
 
+def shares_module_fixtures(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture made once per module or class (a server, a pgbouncer)."""
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    return any(defs[-1].scope in ("module", "class", "package") for defs in definitions.values())
+
+
 def pytest_collection_modifyitems(items):
-    """Groups for `--dist loadgroup`: a module's tests of one backend run on one worker
-    (they share module-scoped servers); the in-process data-layer tests, which share
-    nothing, are spread one by one."""
+    """Groups for `--dist loadgroup`: the tests sharing a module's servers or other module-scoped
+    fixtures run on one worker, per backend (an idle server still polls the database, so they
+    run together); every other test is spread one by one, which keeps both workers busy to
+    the end."""
     for item in items:
-        if "/tests/db/" in str(item.fspath):
+        if not shares_module_fixtures(item):
             continue
         params = getattr(item, "callspec", None)
         backend = params.params.get("database", "") if params is not None else ""

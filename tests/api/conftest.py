@@ -10,12 +10,12 @@ module moves between tests/e2e/ and tests/api/ without edits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.asgi_server import InProcessServer
-from tests.conftest import TOKEN_SECRET, PerBackend, quiet_server_of, servers_of, servers_on, start_in_process
+from tests.conftest import TOKEN_SECRET, PerBackend, Start, quiet_server_of, servers_of, servers_on, start_in_process
 
 
 @pytest.fixture(scope="session")
@@ -43,16 +43,16 @@ def token_server(database, token_servers) -> InProcessServer:
 
 
 @pytest.fixture
-def server_factory(database, tmp_path) -> Iterator[Callable[..., InProcessServer]]:
+def server_factory(database, tmp_path) -> Iterator[Start]:
     """Applications with other settings on the session's database; stopped after the test."""
     yield from servers_on(database, tmp_path, start=start_in_process)
 
 
 @pytest.fixture
-def private_server_factory(private_database, tmp_path) -> Iterator[Callable[..., InProcessServer]]:
+def private_server_factory(private_database, tmp_path) -> Iterator[Start]:
     yield from servers_on(private_database, tmp_path, start=start_in_process)
 
 
 @pytest.fixture
-def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Callable[..., InProcessServer]:
+def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Start:
     return quiet_server_of(database, quiet_servers, tmp_path_factory, start_in_process)
