@@ -30,7 +30,7 @@ What differs:
   without a match and is counted (`delete_found_nothing`, `queue_emptied`):
   the number of retries DIRAC would have made;
 - a pilot without Platform or JobType puts no condition on that field (as
-  DIRAC does, see README "Where fairmatch deliberately differs");
+  DIRAC does, see docs/explanation/dirac.md);
   GridCE is never a condition, and queues with tags are left out (the pilots
   offer none); owner, group, VO, RAM and processors are not transcribed;
 - the job draw is uniform; fairmatch draws a user-priority level first. There

@@ -11,7 +11,7 @@ series it answered with. Exit 1 when an expression fails or, except for the
 error panels, answers with no series.
 
 Prometheus is not a dependency of fairmatch: this check is for operators
-(and for the README's claim that the dashboard's queries answer); Debian's
+(and for docs/how-to/monitoring.md's claim that the dashboard's queries answer); Debian's
 `prometheus` package provides the binary.
 """
 

@@ -1,11 +1,13 @@
 """The documentation names only what exists.
 
-Scanned: the docstrings and comments of `fairmatch/`, the pages under `docs/`,
-README.md and bench/README.md. Each must name
+Scanned: the docstrings and comments of the Python code (`fairmatch/`, the docs'
+hooks, `tests/`, `bench/`, `ops/`), the pages under `docs/`, README.md and
+bench/README.md. Each must name
 
 - repository paths (`fairmatch/db/claims.py`, `tests/...`, `examples/...`) that
   exist, and bare module files (`catalog.py`) that some directory holds;
-- no numbered design sections (`§`): they point at no document;
+- no numbered design sections (a section sign): they point at no document, and
+  only README sections (`README "Quick start (30 seconds)"`) that README.md has;
 - settings (`priority.interval_seconds`, `site_limits."<site>".running_limit`)
   and `FAIRMATCH_*` environment variables that the settings models define, or
   that the code reads itself (`FAIRMATCH_CONFIG`, `FAIRMATCH_URL`);
@@ -39,6 +41,7 @@ PATH_ROOTS = ("fairmatch", "tests", "bench", "docs", "examples", "config", "ops"
 REPOSITORY_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(PATH_ROOTS)})/[\w./-]*[\w/-])")
 BARE_MODULE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)\b")
 SECTION_SIGN = re.compile(r"§")
+README_SECTION = re.compile(r"README(?:'s)?,? [\"*]([^\"*\n]+)[\"*]")  # a README heading named in quotes or stars
 ENVIRONMENT_VARIABLE = re.compile(r"\bFAIRMATCH_[A-Z0-9_]*[A-Z0-9]")
 SEGMENT = r"(?:\"[^\"\n]+\"|<\w+>|[A-Za-z_]\w*|\*|\{[\w, ]+\})"
 FILE_SUFFIXES = {"py", "md", "json", "toml", "cfg", "csv", "html", "png", "yml", "yaml", "lua", "txt", "ini", "log"}
@@ -79,9 +82,10 @@ def markdown_files() -> list[Path]:
 
 
 def python_files() -> list[Path]:
-    """The service's modules (not its migrations' generated revisions) and the docs' hooks."""
-    modules = [path for path in (ROOT / "fairmatch").rglob("*.py") if "migrations/versions" not in path.as_posix()]
-    return sorted([*modules, *(ROOT / "docs" / "hooks").glob("*.py")])
+    """The Python code (not the migrations' generated revisions): the service, tests, benchmark, ops, docs hooks."""
+    roots = ("fairmatch", "tests", "bench", "ops", "docs/hooks")
+    found = [path for root in roots for path in (ROOT / root).rglob("*.py")]
+    return sorted(path for path in found if "migrations/versions" not in path.as_posix())
 
 
 def texts_of(path: Path) -> list[tuple[int, str]]:
@@ -176,6 +180,10 @@ def section_sign_problems(start: int, text: str) -> Iterator[tuple[int, str]]:
     for match in SECTION_SIGN.finditer(text):
         context = text[max(0, match.start() - 10) : match.start() + 6].split("\n")[-1]
         yield _line(start, text, match.start()), f"cites a section ({context.strip()!r}) of no document"
+    readme = anchors_of(ROOT / "README.md")
+    for match in README_SECTION.finditer(text):
+        if slugify(match.group(1), "-") not in readme:
+            yield _line(start, text, match.start()), f"cites README's section {match.group(1)!r}, which it lacks"
 
 
 def _segments(name: str) -> list[list[str]]:
@@ -258,6 +266,7 @@ def test_the_checker_finds_every_kind_of_dangling_reference() -> None:
     page = ROOT / "docs" / "sample-page.md"  # never written: the checks read the text given
     text = (
         "The lock lives in `fairmatch/db/advisory.py`, the claim in `claim.py` (DESIGN §4.2).\n"
+        'Roles are in README "Security: tokens and roles".\n'
         "Set `priority.interval_second` or FAIRMATCH_MATCHING__LOTERY, or `matching.lottery.odds`.\n"
         "See [the guide](how-to/nowhere.md) and [PgBouncer](how-to/pgbouncer.md#no-such-heading).\n"
     )
@@ -271,18 +280,20 @@ def test_the_checker_finds_every_kind_of_dangling_reference() -> None:
     assert "fairmatch/db/advisory.py" in messages
     assert "claim.py, which no directory holds" in messages
     assert "cites a section" in messages
+    assert "README's section 'Security: tokens and roles'" in messages
     assert "priority.interval_second," in messages
     assert "FAIRMATCH_MATCHING__LOTERY" in messages
     assert "matching.lottery.odds" in messages
     assert "how-to/nowhere.md, which does not exist" in messages
     assert "has no heading #no-such-heading" in messages
-    assert len(found) == 8
+    assert len(found) == 9
 
 
 def test_the_checker_accepts_what_exists() -> None:
     page = ROOT / "docs" / "sample-page.md"
     text = (
         "The claim is in `fairmatch/db/claims.py` (`catalog.py`, `db/sqlite_claim.py`), its tests in `tests/db/`.\n"
+        'Start with README "Quick start (30 seconds)".\n'
         "Set `priority.interval_seconds`, `matching.*`, `groups.<name>.job_share`,\n"
         '`site_limits."LCG.CERN.cern".running_limit.JobType`, `priority.multifactor.weights.{fairshare,age}`,\n'
         "`priority.corrections.instances.<name>.slices.<name>.TimeSpan`, FAIRMATCH_DATABASE_URL,\n"

@@ -1,4 +1,4 @@
-"""Bad input never gets a 500 (DESIGN §5): every error is an RFC 9457 problem.
+"""Bad input never gets a 500: every error is an RFC 9457 problem.
 
 4xx with Content-Type application/problem+json and type/title/status/detail;
 a 422 carries `errors` whose `loc` points at the offending field.

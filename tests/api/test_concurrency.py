@@ -1,4 +1,4 @@
-"""Concurrent pilots, submitters and killers against one server (DESIGN §2, §3 step 5).
+"""Concurrent pilots, submitters and killers against one server: no job is claimed twice, none is lost.
 
 - every job is handed out exactly once, however many pilots ask at the same time;
 - concurrent submissions of identical requirements never create two TQs;

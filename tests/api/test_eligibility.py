@@ -1,4 +1,4 @@
-"""Every eligibility and choice rule of DESIGN §3, through the HTTP API.
+"""Every eligibility and choice rule (docs/explanation/matching.md), through the HTTP API.
 
 Each eligibility rule is checked both ways through both doors:
 `POST /taskqueues/matching` (the TQ is listed, or not) and `POST /match`

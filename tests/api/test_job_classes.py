@@ -1,4 +1,4 @@
-"""Job classes and priority classes through the HTTP API (DESIGN §4.5): /job-classes, their
+"""Job classes and priority classes through the HTTP API: /job-classes, their
 use at submission, and PATCH /jobs/{id} moving waiting jobs between task queues."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The job lifecycle through the HTTP API (DESIGN §2, §5).
+"""The job lifecycle through the HTTP API (docs/explanation/jobs.md).
 
 Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule);
 Running -> Stalled -> Waiting | Failed | Running | Done; any non-final state -> Killed;

@@ -1,4 +1,4 @@
-"""Tokens and roles over real HTTP (DESIGN §7)."""
+"""Tokens and roles over real HTTP (docs/how-to/tokens.md)."""
 
 from __future__ import annotations
 

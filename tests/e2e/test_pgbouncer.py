@@ -1,4 +1,4 @@
-"""fairmatch behind a real PgBouncer in transaction mode (PostgreSQL only, DESIGN §9).
+"""fairmatch behind a real PgBouncer in transaction mode (PostgreSQL only, docs/how-to/pgbouncer.md).
 
 The set-up installs Debian's `pgbouncer` when it is missing (a failed
 install fails the tests, it never skips them) and runs it with

@@ -1,4 +1,4 @@
-"""Site limits over real HTTP (DESIGN §6, DIRAC's Limiter): RunningLimit and MatchingDelay
+"""Site limits over real HTTP (DIRAC's Limiter): RunningLimit and MatchingDelay
 per site × attribute × value, kept in the database so that every replica enforces them."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Each process's copy of the task queues: how fresh it is, and the level counts it draws with.
 
-The bounds tested here are the ones the README states: a TQ created through
+The bounds tested here are the ones docs/explanation/matching.md states: a TQ created through
 another replica is matchable within `matching.refresh_seconds` plus one read;
 level counts are exact after a priority run and count every job submitted
 since; a level or TQ that turns out empty is passed over, never an error.

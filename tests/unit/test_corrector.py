@@ -1,4 +1,4 @@
-"""The WMSHistory share corrector on hand-computed numbers (DESIGN §4.2)."""
+"""The WMSHistory share corrector on hand-computed numbers."""
 
 from __future__ import annotations
 

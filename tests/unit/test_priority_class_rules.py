@@ -1,4 +1,4 @@
-"""The pure rules of priority classes and job classes (DESIGN §4.5).
+"""The pure rules of priority classes and job classes.
 
 Who may call the routes at all (pilots may not submit or change priorities) is
 the route's role declaration: tests/unit/test_route_roles.py.

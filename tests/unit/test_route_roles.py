@@ -35,7 +35,7 @@ AUTH = AuthSettings(mode="token", secret=SECRET)
 ADMIN, OPERATOR, USER, PILOT = Role.admin, Role.operator, Role.user, Role.pilot
 EVERY_ROLE = frozenset(Role)
 
-# The role table (README "Security: tokens and roles"): who may call each route at all.
+# The role table (docs/how-to/tokens.md): who may call each route at all.
 # What a caller then sees or may change is the routes' own logic (job scope, pinning, classes).
 ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("POST", "/jobs"): frozenset({ADMIN, OPERATOR, USER}),
