@@ -61,6 +61,8 @@ PG_ADMIN_URL = os.environ.get("FAIRMATCH_TEST_PG_URL", "postgresql://postgres@12
 
 @dataclass
 class TestDatabase:
+    __test__ = False  # a fixture's value, not a test class, wherever it is imported
+
     backend: str
     url: str  # what the service is given
     sync_url: str  # what the tests use to look inside

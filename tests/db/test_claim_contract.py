@@ -2,7 +2,7 @@
 every implementation: the PostgreSQL claim, the SQLite claim and the simulator's world.
 
 The world has no site limits, named jobs or request ids (the simulated pilots never ask
-for them): the cases of those run against the two databases only.
+for them): the cases of those run against the two databases only (`DATABASES`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from tests.db.conftest import clone
 pytestmark = pytest.mark.anyio
 SITE = "LCG.CERN.cern"
 IMPLEMENTATIONS = ["postgresql", "sqlite", "world"]
+DATABASES = ["postgresql", "sqlite"]
+databases_only = pytest.mark.parametrize("implementation", DATABASES, indirect=True)
 
 
 @dataclass
@@ -123,11 +125,6 @@ async def port(implementation) -> AsyncIterator[Harness]:
         await harness.close()
 
 
-def database_only(harness: Harness) -> None:
-    if not harness.database:
-        pytest.skip("the simulated world has no site limits, named jobs or request ids")
-
-
 # --- every implementation ---------------------------------------------------------------------
 
 
@@ -181,8 +178,8 @@ async def test_concurrent_claims_never_take_a_job_twice(port):
 # --- the databases ----------------------------------------------------------------------------
 
 
+@databases_only
 async def test_a_level_claim_draws_among_the_lowest_candidate_ids(port):
-    database_only(port)
     tq_id = await port.queue(*[1] * 10)
     async with port.engine.connect() as conn, read_transaction(conn):
         ids = sorted((await conn.execute(select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == tq_id))).scalars())
@@ -194,8 +191,8 @@ async def test_a_level_claim_draws_among_the_lowest_candidate_ids(port):
         taken.add(outcome.job.id)
 
 
+@databases_only
 async def test_a_named_job_is_claimed_once_and_no_other(port):
-    database_only(port)
     tq_id = await port.queue(1, 1)
     async with port.engine.connect() as conn, read_transaction(conn):
         job_id = max((await conn.execute(select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == tq_id))).scalars())
@@ -213,8 +210,8 @@ async def _limit_alice(port: Harness) -> Any:
             return await LimitDB.of(conn).of_site(SITE, utcnow())
 
 
+@databases_only
 async def test_a_claim_with_limits_refuses_a_job_that_breaks_them_and_claims_nothing(port):
-    database_only(port)
     tq_id = await port.queue(1)
     limits = await _limit_alice(port)
     outcome = await (await port.claims()).claim(ClaimTarget(tq_id, 1.0, limits=limits))
@@ -223,16 +220,16 @@ async def test_a_claim_with_limits_refuses_a_job_that_breaks_them_and_claims_not
     assert await port.waiting(tq_id) == {1.0: 1}
 
 
+@databases_only
 async def test_a_claim_without_limits_at_a_limited_site_claims_nothing(port):
-    database_only(port)
     tq_id = await port.queue(1)
     await _limit_alice(port)
     assert await (await port.claims()).claim(ClaimTarget(tq_id, 1.0)) == Missed(level_empty=False, site_limited=True)
     assert await port.waiting(tq_id) == {1.0: 1}
 
 
+@databases_only
 async def test_a_request_id_claims_once(port):
-    database_only(port)
     tq_id = await port.queue(1, 1)
     first = await (await port.claims(request_id="pilot-1")).claim(ClaimTarget(tq_id, 1.0))
     assert isinstance(first, Claimed)
