@@ -120,8 +120,8 @@ def test_missing_required_field_is_422_at_that_field(api, field):
     assert_problem(r, 422, ["body", "jobs", 0, field])
 
 
-def test_name_of_255_characters_is_accepted(api):
-    r = api.post("/jobs", json={"jobs": [spec(owner="o" * 255, owner_group="g" * 255, vo="v" * 255)]})
+def test_name_of_255_characters_is_accepted(client):
+    r = client.post("/jobs", json={"jobs": [spec(owner="o" * 255, owner_group="g" * 255, vo="v" * 255)]})
     assert r.status_code == 201, r.text
 
 
@@ -152,8 +152,8 @@ def test_bad_number_is_422_at_that_field(api, field, value):
         ("priority_class", 1024),
     ],
 )
-def test_numbers_at_their_bounds_are_accepted(api, field, value):
-    r = api.post("/jobs", json={"jobs": [spec(**{field: value})]})
+def test_numbers_at_their_bounds_are_accepted(client, field, value):
+    r = client.post("/jobs", json={"jobs": [spec(**{field: value})]})
     assert r.status_code == 201, r.text
 
 
@@ -190,8 +190,8 @@ def test_payload_over_64_kib_is_422_at_the_payload(api):
     assert_problem(r, 422, ["body", "jobs", 1, "payload"])
 
 
-def test_payload_of_exactly_64_kib_is_accepted(api):
-    r = api.post("/jobs", json={"jobs": [spec(payload="x" * 65_534)]})
+def test_payload_of_exactly_64_kib_is_accepted(client):
+    r = client.post("/jobs", json={"jobs": [spec(payload="x" * 65_534)]})
     assert r.status_code == 201, r.text
 
 
