@@ -396,6 +396,24 @@ def pytest_collection_modifyitems(items):
         params = getattr(item, "callspec", None)
         backend = params.params.get("database", "") if params is not None else ""
         item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{backend}"))
+    # the longest modules first: started last, one of them would leave the other worker idle at the end
+    items.sort(
+        key=lambda item: (
+            LONGEST_FIRST.index(item.module.__name__) if item.module.__name__ in LONGEST_FIRST else len(LONGEST_FIRST)
+        )
+    )
+
+
+# the modules whose tests wait longest (a restarted PostgreSQL, several servers, priority intervals)
+LONGEST_FIRST = (
+    "tests.fault.test_pg_faults",
+    "tests.e2e.test_two_replicas",
+    "tests.db.test_fair_share",
+    "tests.e2e.test_schemathesis",
+    "tests.e2e.test_usage_lag",
+    "tests.e2e.test_pgbouncer",
+    "tests.e2e.test_priority_loop",
+)
 
 
 @pytest.fixture
