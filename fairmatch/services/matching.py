@@ -128,7 +128,8 @@ async def _match(
             raise
         return await _previous_match(conn, requester, resource.request_id), "replayed"
     finally:
-        CLAIM_CONFLICTS.inc(matcher.conflicts)
+        if matcher.conflicts:  # most matches lose no race: no write to the shared metrics file
+            CLAIM_CONFLICTS.inc(matcher.conflicts)
         for rule in matcher.refused_rules:
             SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
     if claimed is None:
