@@ -2,13 +2,13 @@
 
     python -m bench.run [--quick] [--workers 2] [--seconds 20]
                         [--only lhcb,diracx,scaling,submit,recompute,soak,lifecycle]
-                        [--max-jobs 10000000] [--soak-seconds 300] [--keep-db]
+                        [--max-jobs 10000000] [--soak-seconds 300] [--keep-db] [--profile]
 
 Each section recreates the database `fairmatch_bench` and loads what it
 needs, so sections are independent; one that fails is reported and the next
 one runs. Results: bench/results/<UTC timestamp>.json, the figures and
-server logs in bench/results/<timestamp>/, and Markdown tables on stdout.
-Progress lines go to stderr.
+server logs (and with --profile the flame graphs) in bench/results/<timestamp>/,
+and Markdown tables on stdout. Progress lines go to stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bench.run_admin import recompute_section, submit_section
 from bench.run_lifecycle import lifecycle_section
 from bench.run_match import diracx_section, lhcb_section, scaling_section, soak_section
 from bench.run_plan import DATABASE, Bench, Plan
+from bench.run_profile import py_spy
 from bench.run_report import markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -62,6 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="largest queue (diracx, scaling, recompute; caps lifecycle's backlog)")  # fmt: skip
     parser.add_argument("--soak-seconds", type=int, help="soak duration (default 300, quick 20)")
     parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
+    parser.add_argument("--profile", action="store_true",
+                        help="flame graphs (py-spy) of the server during the 64-connection and 64-pilot runs")  # fmt: skip
     parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),
                         help="a PostgreSQL superuser URL; the benchmark creates its database beside it")  # fmt: skip
     return parser.parse_args(argv)
@@ -108,7 +111,9 @@ def _save(results: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds)
+    if args.profile:
+        py_spy()  # missing: say so now, not after the loads
+    plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds, args.profile)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = RESULTS / stamp
     out_dir.mkdir(parents=True)
@@ -138,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["errors"][name] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
                                                "traceback": traceback.format_exc()}  # fmt: skip
                     bench.log(f"{name} failed: {type(exc).__name__}: {str(exc)[:500]}")
+                results["profiles"] = bench.profiles
                 _save(results, results_file)
         finally:
             bench.stop_server()

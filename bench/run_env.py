@@ -135,6 +135,7 @@ class Service:
 
     application_name = APPLICATION_NAME
     name = "service"
+    exposes_metrics = False  # GET /metrics in Prometheus' text format
 
     def __init__(self, command: list[str], env: dict[str, str], log_dir: Path):
         self.log_path = log_dir / f"{self.name}-{self.port}.log"
@@ -164,6 +165,7 @@ class Server(Service):
     """`fairmatch serve --workers N` (its server log: server-<port>.log)."""
 
     name = "server"
+    exposes_metrics = True
 
     def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path):
         self.port = free_port()

@@ -12,16 +12,14 @@ waiting jobs.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +28,9 @@ import psycopg
 
 from bench import run_env
 from bench.run_admin import PAYLOAD, post_jobs
+from bench.run_cpu import CpuMeter, parent_of, per_unit_ms
 from bench.run_match import describe
+from bench.run_metrics import claim_batches, read_claim_batches
 from bench.run_plan import Bench
 from bench.workload_fit import apportion
 from bench.workload_load import top_up_mix
@@ -40,7 +40,6 @@ from bench.workloads import lhcb
 ACCOUNTING_TABLES = ("usage_totals", "usage_charges", "associations")
 SUBMIT_CLIENTS = 2  # concurrent POST /jobs while topping up
 SUBMIT_RETRIES = 3  # a 503 says "retry shortly": the submitting client does
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # --- jobs through the API
 
@@ -114,49 +113,6 @@ def table_activity(url: str) -> dict[str, dict[str, int]]:
         ([*run_env.HOT_TABLES, *ACCOUNTING_TABLES],),
     )
     return {name: {"autovacuum": v, "autoanalyze": a, "dead": d} for name, v, a, d in rows}
-
-
-# --- CPU from /proc
-
-
-def stat_fields(text: str) -> tuple[int, int]:
-    """(parent pid, CPU ticks) from a /proc/<pid>/stat line: utime + stime, plus
-    cutime + cstime, the children that ended and were reaped (a backend that
-    exits during a run moves its CPU to the postmaster's)."""
-    rest = text[text.rindex(")") + 2 :].split()  # the command may hold spaces and parentheses
-    return int(rest[1]), sum(int(v) for v in rest[11:15])
-
-
-def proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, CPU ticks) for every process visible."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError):  # ended meanwhile
-                table[int(entry.name)] = stat_fields(Path(entry.path, "stat").read_text())
-    return table
-
-
-def tree_cpu(table: Mapping[int, tuple[int, int]], root: int | None, exclude: Iterable[int] = ()) -> float | None:
-    """CPU seconds of `root` and its descendants, `exclude` left out; None without the root."""
-    if root is None or root not in table:
-        return None
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    skip, todo, ticks = set(exclude), [root], 0
-    while todo:
-        pid = todo.pop()
-        ticks += 0 if pid in skip else table[pid][1]
-        todo.extend(children.get(pid, ()))
-    return ticks / CLOCK_TICKS
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        return stat_fields(Path(f"/proc/{pid}/stat").read_text())[0]
-    except (OSError, ValueError):
-        return None  # PostgreSQL on another host or in another pid namespace
 
 
 # --- what PostgreSQL's backends wait on
@@ -296,40 +252,48 @@ def owner_groups(
 
 
 def lifecycle_run(
-    url: str, server: run_env.Server, resources: Path, pilots: int, seconds: float, targets: Mapping[str, float]
-) -> dict:
-    """One measured run: the load generator with the CPU of every side and the
-    backends' waits around it."""
+    b: Bench, server: run_env.Service, resources: Path, pilots: int, targets: Mapping[str, float],
+    profile_as: str | None = None,
+) -> dict:  # fmt: skip
+    """One measured run of b.plan.seconds: the load generator with the CPU of every
+    side (bench/run_cpu.py), the claim batches of a fairmatch server and the
+    backends' waits around it; with --profile and `profile_as` at the profiled
+    load, a flame graph `<profile_as>-<pilots>.svg`."""
+    url = b.url
     waiting = dict(run_env.query(url, "SELECT q.owner_group, count(*) FROM tq_jobs t"
                                       " JOIN task_queues q ON q.id = t.tq_id GROUP BY q.owner_group"))  # fmt: skip
     tables_before = table_activity(url)
-    cpu: dict[str, dict] = {}
+    batches_before = read_claim_batches(server.root) if server.exposes_metrics else None
+    profile = None
     with Activity(url) as activity:
-        postmaster = parent_of(activity.pid)
-
-        def snapshot() -> dict:
-            table = proc_table()
-            return {"service": tree_cpu(table, server.process.pid),
-                    "postgres": tree_cpu(table, postmaster, exclude=[activity.pid])}  # fmt: skip
+        # the sampler's own session is PostgreSQL work of the benchmark, not of the service
+        meter = CpuMeter(server.process.pid, parent_of(activity.pid), url, exclude=[activity.pid])
+        since: list[datetime] = []
 
         def start() -> None:
-            cpu["before"], cpu["since"] = snapshot(), datetime.now(UTC)
+            nonlocal profile
+            profile = b.start_profile(profile_as, server, pilots) if profile_as else None
+            meter.start()
+            since.append(datetime.now(UTC))
 
-        run = run_generator(server.root, resources, pilots, seconds, start)
-        cpu["after"], until = snapshot(), datetime.now(UTC)
-    used = {k: (cpu["after"][k] - cpu["before"][k] if cpu["before"][k] is not None else None) for k in cpu["after"]}
+        run = run_generator(server.root, resources, pilots, b.plan.seconds, start)
+        used, until = meter.stop(), datetime.now(UTC)
+    batches_after = read_claim_batches(server.root) if server.exposes_metrics else None
+    used.pop("children")  # the generator, waited for inside the run, reports its own CPU
     used["load_generator"] = run["cpu_s"]
     tables_after = table_activity(url)
     return {
         **run,
         "cpu_s": used,
-        "cpu_ms_per_job": {k: v * 1000 / run["jobs"] if v is not None and run["jobs"] else None
-                           for k, v in used.items()},
+        "cpu_ms_per_job": per_unit_ms(used, run["jobs"]),
+        "cpu_ms_per_request": per_unit_ms(used, sum(r["count"] for r in run["requests"].values())),
+        "claim_batches": claim_batches(batches_before, batches_after),
+        "profile": b.finish_profile(profile, f"{profile_as}, {pilots} pilots"),
         "activity": activity.result(),
         "tables": {t: {"autovacuum_runs": a["autovacuum"] - tables_before.get(t, {}).get("autovacuum", 0),
                        "autoanalyze_runs": a["autoanalyze"] - tables_before.get(t, {}).get("autoanalyze", 0),
                        "dead_at_end": a["dead"]} for t, a in tables_after.items()},
-        "owner_groups": owner_groups(url, cpu["since"], until, waiting, targets),
+        "owner_groups": owner_groups(url, since[0], until, waiting, targets),
     }  # fmt: skip
 
 
@@ -340,7 +304,12 @@ def _summary(run: dict) -> str:
             f" {req['done']['p99_ms']} ms; CPU ms/job service {_ms(run, 'service')}, PostgreSQL"
             f" {_ms(run, 'postgres')}, generator {_ms(run, 'load_generator')}; lock waits {act['lock_waits']}"
             f" ({act['accounting_lock_waits']} on accounting tables) in {act['samples']} samples;"
-            f" errors {run['error_count']}")  # fmt: skip
+            f"{_claims(run)} errors {run['error_count']}")  # fmt: skip
+
+
+def _claims(run: dict) -> str:
+    batches = run.get("claim_batches")
+    return "" if not batches or batches["mean"] is None else f" claims per statement {batches['mean']:.2f};"
 
 
 def _ms(run: dict, side: str) -> str:
@@ -372,7 +341,7 @@ def lifecycle_section(b: Bench) -> dict:
             run_env.vacuum(b.url)
             _, decided = server.recompute()
             waiting = run_env.waiting_jobs(b.url)
-            run = lifecycle_run(b.url, server, resources, pilots, plan.seconds, target_shares(decided))
+            run = lifecycle_run(b, server, resources, pilots, target_shares(decided), "lifecycle")
             out["runs"][str(pilots)] = {**run, "waiting_at_start": waiting, "top_up": top_up}
             b.log(f"lifecycle, {pilots} pilots, {waiting:,} waiting: {_summary(run)}")
         # the reference of the same run: the lean claim service's whole lives (its match, and a
@@ -382,7 +351,7 @@ def lifecycle_section(b: Bench) -> dict:
         out["lean"] = {}
         for pilots in plan.lifecycle_pilots:
             run_env.vacuum(b.url)
-            run = lifecycle_run(b.url, lean, resources, pilots, plan.seconds, {})
+            run = lifecycle_run(b, lean, resources, pilots, {})
             out["lean"][str(pilots)] = {**run, "waiting_at_start": run_env.waiting_jobs(b.url)}
             b.log(f"lean service, {pilots} pilots: {_summary(run)}")
         b.stop_server()

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from bench import run_env
 from bench.pilots import run_pilots
 from bench.references import bare_claim, legacy_dirac
+from bench.run_cpu import CpuMeter, per_unit_ms
+from bench.run_metrics import claim_batches, read_claim_batches
 from bench.run_plan import Bench
 from bench.run_selection import selection_timing
 from bench.selection_sql import sql_selection_timing
@@ -41,10 +44,51 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def measured_run(
+    b: Bench, service: run_env.Service, resources: Path, connections: int, profile_as: str | None = None
+) -> dict:
+    """One closed-loop wrk run with what it cost around it: the CPU of the service,
+    of PostgreSQL and of wrk (in all, per match and per request), the claim
+    batches of a fairmatch server (None for a server without the histogram),
+    and with --profile and `profile_as` at the profiled load a flame graph
+    `<profile_as>-<connections>.svg`."""
+    batches_before = read_claim_batches(service.root) if service.exposes_metrics else None
+    meter = CpuMeter(service.process.pid, b.postmaster, b.url)
+    profile = b.start_profile(profile_as, service, connections) if profile_as else None
+    meter.start()
+    run = run_pilots(service.root, resources, connections, b.plan.seconds)
+    used = meter.stop()
+    batches_after = None
+    if service.exposes_metrics:
+        # once the requests wrk left in flight are answered: each claim falls in one run's reading
+        run_env.wait_idle(b.url, application_name=service.application_name)
+        batches_after = read_claim_batches(service.root)
+    used["wrk"] = used.pop("children")
+    return {
+        **run,
+        "cpu_s": used,
+        "cpu_ms_per_match": per_unit_ms(used, run["status"]["200"]),
+        "cpu_ms_per_request": per_unit_ms(used, run["requests"]),
+        "claim_batches": claim_batches(batches_before, batches_after),
+        "profile": b.finish_profile(profile, f"{profile_as}, {connections} connections"),
+    }
+
+
+def cpu_summary(run: dict) -> str:
+    """`CPU ms/match service 1.23, PostgreSQL 0.45, wrk 0.06; claims per statement 1.8`."""
+    ms = run.get("cpu_ms_per_match", {})
+    sides = ", ".join(f"{label} {'—' if ms.get(k) is None else f'{ms[k]:.2f}'}"
+                      for k, label in (("service", "service"), ("postgres", "PostgreSQL"), ("wrk", "wrk")))  # fmt: skip
+    batches = run.get("claim_batches")
+    mean = batches["mean"] if batches else None
+    return f"CPU ms/match {sides}" + ("" if mean is None else f"; claims per statement {mean:.2f}")
+
+
 def lean_comparison(fairmatch: dict, lean: dict) -> dict:
     """fairmatch as a fraction of the lean claim service: throughput at 64
     connections (fairmatch ÷ lean), p99 at 8 (fairmatch ÷ lean: how many times
-    longer fairmatch's tail is), errors of each over the runs compared."""
+    longer fairmatch's tail is), errors of each over the runs compared, and
+    the two halves of each: the CPU per match of the service and of PostgreSQL."""
     fm64, lean64 = fairmatch.get("64", {}), lean.get("64", {})
     fm8, lean8 = fairmatch.get("8", {}), lean.get("8", {})
 
@@ -61,6 +105,8 @@ def lean_comparison(fairmatch: dict, lean: dict) -> dict:
         "p99_ratio_8": _ratio(p99(fm8), p99(lean8)),
         "fairmatch_errors": sum(errors(fairmatch[c]) for c in compared),
         "lean_errors": sum(errors(lean[c]) for c in compared),
+        "fairmatch_cpu_ms_per_match": {c: fairmatch[c].get("cpu_ms_per_match") for c in compared},
+        "lean_cpu_ms_per_match": {c: lean[c].get("cpu_ms_per_match") for c in compared},
     }
 
 
@@ -89,17 +135,17 @@ def lhcb_section(b: Bench) -> dict:
     lean = b.start_lean()
     for connections in plan.lean_connections:
         waiting = b.fill(workload, target)
-        run = run_pilots(lean.root, resources, connections, plan.seconds)
+        run = measured_run(b, lean, resources, connections)
         out["lean_runs"][str(connections)] = {**run, "waiting_jobs": waiting, "workers": lean.workers,
                                               "pool": lean.pool}  # fmt: skip
-        b.log(f"lean claim service, {connections} connections: {_summary(run)}")
+        b.log(f"lean claim service, {connections} connections: {_summary(run)}; {cpu_summary(run)}")
     b.stop_server()
     server = b.start_server()
     for connections in plan.connections:
         waiting = b.fill(workload, target)
-        run = run_pilots(server.root, resources, connections, plan.seconds)
+        run = measured_run(b, server, resources, connections, "lhcb")
         out["connections"][str(connections)] = {**run, "waiting_jobs": waiting}
-        b.log(f"fairmatch, {connections} connections: {_summary(run)}")
+        b.log(f"fairmatch, {connections} connections: {_summary(run)}; {cpu_summary(run)}")
     b.stop_server()
     # the plot draws one line per reference: the best figure of each
     out["bare_claim"] = max(out["bare_claims"].values(), key=lambda r: r["claims_per_s"])
@@ -114,8 +160,10 @@ def _runs_per_size(
     b: Bench, workload: Workload, sizes: tuple[int, ...], label: str, measure_selection: bool = False
 ) -> tuple[dict[str, list], dict[str, dict]]:
     """wrk at each of the plan's scaling connection counts, per queue size (topped up
-    before every run, a fresh server per size); with `measure_selection`, the
-    selection alone too. Returns the runs per connection count and the selection timings."""
+    before every run, a fresh server per size, each run measured by measured_run);
+    with `measure_selection` (the diracx section), the selection alone too, and
+    with --profile a flame graph `diracx-<size>-64.svg`. Returns the runs per
+    connection count and the selection timings."""
     plan = b.plan
     resources = b.pilots_file(workload)
     runs: dict[str, list] = {str(c): [] for c in plan.scaling_connections}
@@ -132,10 +180,11 @@ def _runs_per_size(
                       f" GIN {selection['sql']['gin']['median_ms']} ms")  # fmt: skip
         for connections in plan.scaling_connections:
             waiting = b.fill(workload, size)
-            run = run_pilots(server.root, resources, connections, plan.seconds)
+            profile_as = f"diracx-{size}" if measure_selection else None  # scaling is not profiled
+            run = measured_run(b, server, resources, connections, profile_as)
             runs[str(connections)].append({**run, "waiting_jobs": size, "waiting_at_start": waiting,
                                            "p99_ms": run["latency_ms"]["p99"]})  # fmt: skip
-            b.log(f"{label}{size:,} waiting, {connections} connections: {_summary(run)}")
+            b.log(f"{label}{size:,} waiting, {connections} connections: {_summary(run)}; {cpu_summary(run)}")
     b.stop_server()
     return runs, selection
 

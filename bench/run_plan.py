@@ -6,10 +6,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 from bench import run_env
 from bench.pilots import write_resources
+from bench.run_cpu import postmaster_of
+from bench.run_profile import Profile
 from bench.workloads import Workload, load, pilots, top_up
 
 DATABASE = "fairmatch_bench"
@@ -45,9 +48,14 @@ class Plan:
     lifecycle_pilots: tuple[int, ...] = (8, 32, 64)  # concurrent pilots of the lifecycle runs
     pilots: int = 10_000
     seed: int = 0
+    profile: bool = False  # flame graphs of the service during the 64-connection and 64-pilot runs
+    profiled_load: int = 64  # the connection count (lhcb, diracx) and pilot count (lifecycle) profiled
 
     @classmethod
-    def build(cls, quick: bool, workers: int, seconds: int | None, max_jobs: int, soak_seconds: int | None) -> Plan:
+    def build(
+        cls, quick: bool, workers: int, seconds: int | None, max_jobs: int, soak_seconds: int | None,
+        profile: bool = False,
+    ) -> Plan:  # fmt: skip
         if quick:
             sizes, diracx_sizes, recompute, scale = QUICK_SIZES, QUICK_SIZES, (50_000,), 0.05
         else:
@@ -68,6 +76,7 @@ class Plan:
             soak_seconds=soak_seconds or (20 if quick else 300),
             soak_slice=5 if quick else 10,
             lifecycle_jobs=min(QUICK_LIFECYCLE_JOBS if quick else LIFECYCLE_JOBS, max_jobs),
+            profile=profile,
         )
 
     def to_json(self) -> dict:
@@ -84,6 +93,29 @@ class Bench:
         self.server: run_env.Service | None = None  # fairmatch or the lean claim service
         self.started = time.monotonic()
         self._pilots: dict[tuple, Path] = {}
+        self.profiles: list[dict] = []  # the flame graphs recorded, in order
+
+    @cached_property
+    def postmaster(self) -> int | None:
+        """PostgreSQL's postmaster pid, for the CPU of its process tree."""
+        return postmaster_of(self.url or self.admin_url)
+
+    def start_profile(self, name: str, service: run_env.Service, load: int) -> Profile | None:
+        """With --profile and at the profiled load, py-spy on `service` for one run,
+        into <results>/<name>-<load>.svg; None otherwise."""
+        if not self.plan.profile or load != self.plan.profiled_load:
+            return None
+        return Profile(service.process.pid, self.out_dir / f"{name}-{load}.svg", self.plan.seconds)
+
+    def finish_profile(self, profile: Profile | None, run: str) -> dict | None:
+        """Wait for the recording, note it among the profiles and return what it says."""
+        if profile is None:
+            return None
+        recorded = {"run": run, **profile.finish()}
+        self.profiles.append(recorded)
+        self.log(f"flame graph {recorded['svg']}: {recorded['samples']} samples"
+                 if recorded["svg"] else f"flame graph of {run} failed: {recorded['error']}")  # fmt: skip
+        return recorded
 
     def log(self, line: str) -> None:
         print(f"[{time.monotonic() - self.started:7.1f}s] {line}", file=sys.stderr, flush=True)

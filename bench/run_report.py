@@ -26,6 +26,22 @@ def _p(run: dict, key: str) -> float | None:
     return run.get("latency_ms", {}).get(key)
 
 
+def _cpu(run: dict, per: str = "cpu_ms_per_match") -> str:
+    """`service / PostgreSQL` CPU ms per unit (match, job, request); — where not measured."""
+    ms = run.get(per) or {}
+    return f"{_n(ms.get('service'), 2)} / {_n(ms.get('postgres'), 2)}"
+
+
+def _wrk_cpu(run: dict) -> str:
+    return _n((run.get("cpu_ms_per_match") or {}).get("wrk"), 2)
+
+
+def _claims_mean(run: dict) -> str:
+    """Claims per statement of a fairmatch run; — for a server without the histogram."""
+    batches = run.get("claim_batches")
+    return _n(batches["mean"], 2) if batches else "—"
+
+
 def _mix(workload: dict) -> str:
     """`user priorities 1/2/3 at 60/25/15 %`, or nothing for results without a mix."""
     mix = workload.get("user_priorities")
@@ -37,6 +53,9 @@ def _mix(workload: dict) -> str:
 
 
 # --- sections
+
+# beside a wrk run's throughput: what it cost each side, and how fairmatch's claims were batched
+CPU_COLUMNS = ("service / PostgreSQL CPU ms per match", "wrk CPU ms per match", "claims per statement (mean)")
 
 
 def _lhcb(results: dict) -> list[str]:
@@ -50,26 +69,26 @@ def _lhcb(results: dict) -> list[str]:
     for c, run in sorted(fm.items(), key=lambda kv: int(kv[0])):
         rows.append(["fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
                      _n(_p(run, "p99"), 2), f"{run['status']['200']:,}", f"{run['status']['204']:,}",
-                     str(errors(run)), "—"])  # fmt: skip
+                     str(errors(run)), _cpu(run), _wrk_cpu(run), _claims_mean(run), "—"])  # fmt: skip
     for c, run in sorted(lhcb.get("lean_runs", {}).items(), key=lambda kv: int(kv[0])):
         at = c if c in fm else "64"
         rows.append([f"lean claim service ({run.get('workers', '?')} workers)", c, _n(run["matches_per_s"]),
                      _n(_p(run, "p50"), 2), _n(_p(run, "p99"), 2), f"{run['status']['200']:,}",
-                     f"{run['status']['204']:,}", str(errors(run)),
+                     f"{run['status']['204']:,}", str(errors(run)), _cpu(run), _wrk_cpu(run), "—",
                      _n(_ratio(fm.get(at, {}).get("matches_per_s"), run["matches_per_s"]), 2)
                      + f"× (fairmatch at {at})"])  # fmt: skip
     for c, run in sorted(lhcb.get("bare_claims", {}).items(), key=lambda kv: int(kv[0])):
         rows.append(["bare durable claim (pgbench)", c, _n(run["claims_per_s"]), _n(_p(run, "p50"), 2),
-                     _n(_p(run, "p99"), 2), f"{run['transactions']:,}", "—", str(run["failed"]),
+                     _n(_p(run, "p99"), 2), f"{run['transactions']:,}", "—", str(run["failed"]), "—", "—", "—",
                      _n(_ratio(top, run["claims_per_s"]), 2) + "× (fairmatch at 64)"])  # fmt: skip
     for c, run in sorted(lhcb.get("legacy_runs", {}).items(), key=lambda kv: int(kv[0])):
         same = fm.get(c, fm.get("64", {})).get("matches_per_s")
         at = c if c in fm else "64"
         rows.append(["DIRAC `matchAndGetJob` SQL (pgbench)", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
                      _n(_p(run, "p99"), 2), f"{run['matched']:,}", f"{run['no_match']:,}", str(run["failed"]),
-                     _n(_ratio(same, run["matches_per_s"]), 2) + f"× (fairmatch at {at})"])  # fmt: skip
+                     "—", "—", "—", _n(_ratio(same, run["matches_per_s"]), 2) + f"× (fairmatch at {at})"])  # fmt: skip
     header = ["", "connections / clients", "matches/s", "p50 ms", "p99 ms", "matched", "no match", "errors",
-              "fairmatch ÷ this"]  # fmt: skip
+              *CPU_COLUMNS, "fairmatch ÷ this"]  # fmt: skip
     return lines + _table(header, rows)
 
 
@@ -87,6 +106,13 @@ def _lean(results: dict) -> list[str]:
          _n(c["p99_ratio_8"], 2) + "×"],
         ["errors (runs at 64 and 8)", str(c["fairmatch_errors"]), str(c["lean_errors"]), "—"],
     ]  # fmt: skip
+    for at in ("64", "8"):
+        fm, lean = c.get("fairmatch_cpu_ms_per_match", {}).get(at), c.get("lean_cpu_ms_per_match", {}).get(at)
+        if fm is None or lean is None:
+            continue
+        for side, label in (("service", "service"), ("postgres", "PostgreSQL")):
+            rows.append([f"{label} CPU ms per match at {at} connections", _n(fm[side], 2), _n(lean[side], 2),
+                         _n(_ratio(fm[side], lean[side]), 2) + "×"])  # fmt: skip
     title = (f"#### fairmatch against the lean claim service: LHCb × {w['scale']:g}{_mix(w)},"
              f" `--workers {lhcb['workers']}` each")  # fmt: skip
     return [title, "", *_table(["", "fairmatch", "lean claim service", "fairmatch ÷ lean"], rows)]
@@ -100,9 +126,9 @@ def _diracx(results: dict) -> list[str]:
         first = runs[0]["matches_per_s"] if runs else None
         for run in runs:
             rows.append([f"{run['waiting_jobs']:,}", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
-                         _n(_p(run, "p99"), 2), f"{run['status']['204']:,}", str(errors(run)),
-                         _n(_ratio(run["matches_per_s"], first), 2)])  # fmt: skip
-    header = ["waiting jobs", "connections", "matches/s", "p50 ms", "p99 ms", "no match", "errors",
+                         _n(_p(run, "p99"), 2), f"{run['status']['204']:,}", str(errors(run)), _cpu(run),
+                         _wrk_cpu(run), _claims_mean(run), _n(_ratio(run["matches_per_s"], first), 2)])  # fmt: skip
+    header = ["waiting jobs", "connections", "matches/s", "p50 ms", "p99 ms", "no match", "errors", *CPU_COLUMNS,
               "÷ smallest size"]  # fmt: skip
     title = (f"#### Matching on the DiracX target ({w['task_queues']:,} TQs, {w.get('sites', '?'):,} sites,"
              f" {w.get('tags', '?'):,} tags{_mix(w)}), `--workers {d['workers']}`")  # fmt: skip
@@ -184,6 +210,7 @@ def _lifecycle(results: dict) -> list[str]:
     def row(who: str, p: str, r: dict) -> list[str]:
         return [f"{p}{who}", _n(r["jobs_per_s"]), _n(ratio.get(p), 2) if not who else "1", _n(r["matches_per_s"]),
                 _n(r["no_match_per_s"]), *(lat(r["requests"][k]) for k in ("match", "running", "done")),
+                _cpu(r, "cpu_ms_per_job"), _claims_mean(r),
                 ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "0"]  # fmt: skip
 
     rows = [row("", p, r) for p, r in runs] + [row(" (lean service)", p, lean[p]) for p, _ in runs if p in lean]
@@ -191,15 +218,19 @@ def _lifecycle(results: dict) -> list[str]:
              f" start{_mix(w)}), `--workers {s['workers']}`, {s['seconds']} s per run, autovacuum"
              f" {'/'.join(s['autovacuum'])} (before: {s['autovacuum_before']})")  # fmt: skip
     lines = [title, "", *_table(["pilots", "jobs/s", "× lean", "matches/s", "204/s", "match p50 / p99 / max ms",
-                                 "Running p50 / p99 / max ms", "Done p50 / p99 / max ms", "errors"], rows)]  # fmt: skip
+                                 "Running p50 / p99 / max ms", "Done p50 / p99 / max ms",
+                                 "service / PostgreSQL CPU ms per job", "claims per statement (mean)", "errors"],
+                                rows)]  # fmt: skip
     sides = ("service", "postgres", "load_generator")
     rows = [[f"{p}{who}", f"{r['jobs']:,}", *(_n(r["cpu_s"][k], 2) for k in sides),
-             *(_n(r["cpu_ms_per_job"][k], 2) for k in sides)]
+             *(_n(r["cpu_ms_per_job"][k], 2) for k in sides), _cpu(r, "cpu_ms_per_request")]
             for who, of in (("", dict(runs)), (" (lean service)", lean)) for p, _ in runs if p in of
             for r in (of[p],)]  # fmt: skip
-    lines += ["", "CPU during each run (from /proc) and per finished job:", "",
+    lines += ["", "CPU during each run (from /proc; PostgreSQL: the database's sessions and PostgreSQL's own"
+              " processes), per finished job and per request (match, Running, Done):", "",
               *_table(["pilots", "jobs", "service s", "PostgreSQL s", "load generator s", "service ms/job",
-                       "PostgreSQL ms/job", "load generator ms/job"], rows)]  # fmt: skip
+                       "PostgreSQL ms/job", "load generator ms/job", "service / PostgreSQL ms per request"],
+                      rows)]  # fmt: skip
     vacuums = [f"{p} pilots: " + (", ".join(f"{t} {a['autovacuum_runs']}/{a['autoanalyze_runs']}"
                                             for t, a in sorted(r.get("tables", {}).items())
                                             if a["autovacuum_runs"] or a["autoanalyze_runs"]) or "none")
@@ -233,6 +264,46 @@ def _lifecycle(results: dict) -> list[str]:
               *_table(["owner group", "waiting", "waiting %", "target %",
                        *(f"matched at {p} pilots" for p, _ in runs)], rows)]  # fmt: skip
     return lines
+
+
+def _measured_runs(results: dict) -> Iterator[tuple[str, dict]]:
+    """fairmatch's runs that read the claim batches, each with a label."""
+    for c, run in sorted(results.get("lhcb", {}).get("connections", {}).items(), key=lambda kv: int(kv[0])):
+        yield f"lhcb, {c} connections", run
+    for c, runs in results.get("diracx", {}).get("runs", {}).items():
+        for run in runs:
+            yield f"diracx, {run['waiting_jobs']:,} waiting, {c} connections", run
+    for p, run in sorted(results.get("lifecycle", {}).get("runs", {}).items(), key=lambda kv: int(kv[0])):
+        yield f"lifecycle, {p} pilots", run
+
+
+def _claim_batches(results: dict) -> list[str]:
+    """Statements, claims and batch sizes per run, from the service's histogram."""
+    measured = [(label, run) for label, run in _measured_runs(results) if "claim_batches" in run]
+    if not measured:
+        return []  # results from before the histogram was read
+    title = "#### Claim batches (`fairmatch_claim_batch_size` on `GET /metrics`, before and after each run)"
+    if all(run["claim_batches"] is None for _, run in measured):
+        return [title, "", "The server exposes no such histogram: not measured."]
+    rows = []
+    for label, run in measured:
+        b = run["claim_batches"] or {}
+        share = b.get("share_in_batches_of_2_or_more")
+        rows.append([label, _n(b.get("statements")), _n(b.get("claims")), _n(b.get("mean"), 2),
+                     "—" if share is None else f"{100 * share:.1f} %"])  # fmt: skip
+    header = ["run", "statements", "claims", "claims per statement (mean)", "claims in batches of ≥ 2"]
+    return [title, "", *_table(header, rows)]
+
+
+def _profiles(results: dict) -> list[str]:
+    """The flame graphs recorded with --profile, in the results directory."""
+    profiles = results.get("profiles")
+    if not profiles:
+        return []
+    items = [f"`{p['svg']}` ({p['run']}, {_n(p['samples'])} samples, py-spy {_n(p['cpu_s'], 1)} s CPU)"
+             if p["svg"] else f"{p['run']}: none ({p['error'][:300]})" for p in profiles]  # fmt: skip
+    return [f"Flame graphs (py-spy on the server and its workers, {profiles[0]['rate']} samples/s; the profiled"
+            " runs' figures carry py-spy's cost): " + "; ".join(items) + "."]  # fmt: skip
 
 
 # --- targets
@@ -356,8 +427,8 @@ def markdown(results: dict) -> str:
     lines += ["#### Targets", "", *_table(["target", "measured", "holds"], rows), ""]
     for key, render in (("lhcb", _lhcb), ("lhcb", _lean), ("diracx", _diracx), ("scaling", _scaling),
                         ("submit", _submit), ("recompute", _recompute), ("soak", _soak),
-                        ("lifecycle", _lifecycle)):  # fmt: skip
-        if results.get(key):
+                        ("lifecycle", _lifecycle), (None, _claim_batches), (None, _profiles)):  # fmt: skip
+        if key is None or results.get(key):
             table = render(results)
             lines += [*table, ""] if table else []
     for name, levels in results.get("server_logs", {}).items():

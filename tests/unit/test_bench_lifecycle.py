@@ -1,7 +1,8 @@
 """The lifecycle section's parts that need no fairmatch server: the pilots' HTTP
 client and loop against a tiny in-process asyncio server (and once as the
-subprocess the section starts), the API top-up's jobs and bodies, /proc
-parsing, the classification of the backends' waits and the report's tables."""
+subprocess the section starts), the API top-up's jobs and bodies, the
+classification of the backends' waits and the report's tables (the CPU and
+claim batch readings are tested in tests/unit/test_bench_costs.py)."""
 
 from __future__ import annotations
 
@@ -184,16 +185,7 @@ def test_bodies_carry_the_specs_in_batches():
     assert first == {**WORKLOAD.specs[1], "user_priority": 2, "payload": rl.PAYLOAD}
 
 
-# --- /proc and the backends' waits
-
-
-def test_proc_stat_lines_give_the_parent_and_the_cpu_of_reaped_children_too():
-    line = "2214 (postgres: (x) y) S 1 2214 2214 0 -1 4194560 100 0 0 0 11 22 33 44 20 0 1 0 62849 2998272 382"
-    assert rl.stat_fields(line) == (1, 110)
-    table = {1: (0, 100), 2: (1, 50), 3: (2, 25), 4: (1, 10), 9: (0, 1000)}
-    assert rl.tree_cpu(table, 1, exclude=[4]) == 175 / rl.CLOCK_TICKS
-    assert rl.tree_cpu(table, 5) is None and rl.tree_cpu(table, None) is None
-    assert rl.proc_table()[__import__("os").getpid()][1] >= 0
+# --- the backends' waits
 
 
 def test_waits_name_the_relation_of_a_lock_and_count_the_accounting_tables():
@@ -233,8 +225,11 @@ def _run(pilots: int, jobs: int) -> dict:
         "jobs": jobs, "jobs_per_s": jobs / 20, "matches_per_s": jobs / 20, "no_match_per_s": 1.5,
         "requests": {"match": latency, "running": latency, "done": latency},
         "errors": {"done 500": 2} if pilots == 64 else {},
-        "cpu_s": {"service": 30.0, "postgres": 12.0, "load_generator": 1.0},
+        "cpu_s": {"service": 30.0, "postgres": 12.0, "load_generator": 1.0, "postgres_cluster": 14.0},
         "cpu_ms_per_job": {"service": 30_000 / jobs, "postgres": 12_000 / jobs, "load_generator": 1000 / jobs},
+        "cpu_ms_per_request": {"service": 10_000 / jobs, "postgres": 4000 / jobs, "load_generator": 333 / jobs},
+        "claim_batches": {"statements": 500, "claims": jobs, "mean": jobs / 500,
+                          "share_in_batches_of_2_or_more": 0.25} if pilots == 64 else None,
         "activity": {"samples": 20, "backends_sampled": 50, "lock_waits": 7, "accounting_lock_waits": 5,
                      "by_wait": [["Lock:transactionid", "usage_totals", 5], ["CPU", "", 3]], "autovacuum": "on"},
         "tables": {"task_queues": {"autovacuum_runs": 1, "autoanalyze_runs": 2, "dead_at_end": 0},
@@ -254,18 +249,21 @@ def test_the_report_has_the_lifecycle_tables():
         "lifecycle": {"workload": {"user_priorities": [[1, 0.6], [2, 0.25], [3, 0.15]]}, "workers": 2,
                       "waiting_jobs": 200, "seconds": 20, "autovacuum": ["on"], "autovacuum_before": "off",
                       "runs": {"64": _run(64, 1000), "8": _run(8, 400)},
-                      "lean": {"64": _run(64, 4000)}, "ratio_to_lean": {"64": 0.25, "8": None}},
+                      "lean": {"64": {**_run(64, 4000), "claim_batches": None}},
+                      "ratio_to_lean": {"64": 0.25, "8": None}},
     }  # fmt: skip
     report = markdown(results)
     assert "#### A job's whole life" in report and "autovacuum on (before: off)" in report
-    assert "| 8 | 20 | — | 20 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 0 |" in report
+    lat = "10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0"
+    # beside the rates: service / PostgreSQL CPU ms per job, claims per statement (— without the histogram)
+    assert f"| 8 | 20 | — | 20 | 2 | {lat} | 75.00 / 30.00 | — | 0 |" in report
     assert report.index("| 8 | 20 |") < report.index("| 64 | 50 |")
-    assert (
-        "| 64 | 50 | 0.25 | 50 | 2 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | done 500: 2 |"
-        in report
-    )
-    assert "| 64 (lean service) | 200 | 1 | 200 |" in report
-    assert "| 64 | 1,000 | 30.00 | 12.00 | 1.00 | 30.00 | 12.00 | 1.00 |" in report
+    assert f"| 64 | 50 | 0.25 | 50 | 2 | {lat} | 30.00 / 12.00 | 2.00 | done 500: 2 |" in report
+    assert f"| 64 (lean service) | 200 | 1 | 200 | 2 | {lat} | 7.50 / 3.00 | — |" in report
+    assert "| 64 | 1,000 | 30.00 | 12.00 | 1.00 | 30.00 | 12.00 | 1.00 | 10.00 / 4.00 |" in report
+    assert "| 64 (lean service) | 4,000 | 30.00 | 12.00 | 1.00 | 7.50 | 3.00 | 0.25 | 2.50 / 1.00 |" in report
+    assert "| lifecycle, 64 pilots | 500 | 1,000 | 2.00 | 25.0 % |" in report
+    assert "| lifecycle, 8 pilots | — | — | — | — |" in report
     assert "| 64 | 20 | 50 | 7 | 5 | Lock:transactionid · usage_totals: 5; CPU: 3 |" in report
     assert "Autovacuum/autoanalyze runs during each run: 8 pilots: none; 64 pilots: task_queues 1/2." in report
     assert "| lhcb_mc | 150 | 75.0 | 50.0 | 400 (100.0 %) | 1,000 (100.0 %) |" in report

@@ -197,11 +197,21 @@ def _wrk(matches: float, p50: float, p99: float, *, ok: int = 100, none: int = 5
             "latency_ms": {"p50": p50, "p99": p99}, **extra}  # fmt: skip
 
 
+def _costs(service: float, postgres: float, wrk: float, mean: float | None = None) -> dict:
+    """What measured_run adds to a run: CPU ms per match of each side, and the claim
+    batches (None: the lean service, or a server without the histogram)."""
+    batches = {"statements": 50, "claims": round(50 * mean), "mean": mean,
+               "share_in_batches_of_2_or_more": 0.5} if mean else None  # fmt: skip
+    return {"cpu_ms_per_match": {"service": service, "postgres": postgres, "wrk": wrk}, "claim_batches": batches}
+
+
 def _results() -> dict:
     mix = [[1, 0.6], [2, 0.25], [3, 0.15]]
-    fairmatch = {"1": _wrk(200, 4, 9), "8": _wrk(350, 20, 80), "64": _wrk(352, 120, 1700, other=2)}
-    lean = {"64": _wrk(2400, 25, 60, workers=2), "8": _wrk(1800, 4, 10, workers=2)}
-    diracx = {c: [_wrk(m, 10, p99, waiting_jobs=n, p99_ms=p99, connections=int(c))
+    fairmatch = {"1": _wrk(200, 4, 9, **_costs(2.5, 0.5, 0.1, 1.0)), "8": _wrk(350, 20, 80, **_costs(2.0, 0.5, 0.1, 1.5)),
+                 "64": _wrk(352, 120, 1700, other=2, **_costs(1.8, 0.4, 0.1, 3.25))}  # fmt: skip
+    lean = {"64": _wrk(2400, 25, 60, workers=2, **_costs(0.3, 0.2, 0.05)),
+            "8": _wrk(1800, 4, 10, workers=2, **_costs(0.35, 0.25, 0.05))}  # fmt: skip
+    diracx = {c: [_wrk(m, 10, p99, waiting_jobs=n, p99_ms=p99, connections=int(c), **_costs(2.0, 0.6, 0.1))
                   for n, m, p99 in ((1_000_000, 300, 90), (10_000_000, 270, 120))] for c in ("64", "8")}  # fmt: skip
     return {
         "started_at": "20261123T000000Z",
@@ -260,20 +270,31 @@ def test_fairmatch_is_compared_with_the_lean_service():
     assert (c["fairmatch_errors"], c["lean_errors"]) == (2, 0)
     report = markdown(results)
     assert "user priorities 1/2/3 at 60/25/15 %" in report
-    lean_row = "| lean claim service (2 workers) | 64 | 2,400 | 25.00 | 60.00 | 100 | 5 | 0 | 0.15× (fairmatch at 64) |"
+    # beside each run: service / PostgreSQL CPU ms per match, wrk's, claims per statement
+    lean_row = ("| lean claim service (2 workers) | 64 | 2,400 | 25.00 | 60.00 | 100 | 5 | 0 | 0.30 / 0.20 | 0.05 | — |"
+                " 0.15× (fairmatch at 64) |")  # fmt: skip
     assert lean_row in report
+    assert (
+        "| fairmatch `POST /match` | 64 | 352 | 120.00 | 1,700.00 | 100 | 5 | 2 | 1.80 / 0.40 | 0.10 | 3.25 | — |"
+        in report
+    )
+    assert "| bare durable claim (pgbench) | 16 | 8,000 | 1.80 | 4.70 | 160,000 | — | 0 | — | — | — |" in report
     assert "#### fairmatch against the lean claim service" in report
     assert "| matches/s at 64 connections | 352 | 2,400 | 0.15× |" in report
     assert "| p99 ms at 8 connections | 80.00 | 10.00 | 8.00× |" in report
     assert "| errors (runs at 64 and 8) | 2 | 0 | — |" in report
+    assert "| service CPU ms per match at 64 connections | 1.80 | 0.30 | 6.00× |" in report
+    assert "| PostgreSQL CPU ms per match at 8 connections | 0.50 | 0.25 | 2.00× |" in report
+    assert "| lhcb, 64 connections | 50 | 162 | 3.25 | 50.0 % |" in report  # the claim batches
+    assert "| diracx, 1,000,000 waiting, 64 connections | — | — | — | — |" in report
 
 
 def test_the_diracx_section_is_reported_with_its_ratio():
     results = _results()
     report = markdown(results)
     assert "#### Matching on the DiracX target (10,000 TQs, 1,000 sites, 300 tags" in report
-    assert "| 10,000,000 | 64 | 270 | 10.00 | 120.00 | 5 | 0 | 0.90 |" in report
-    assert "| 1,000,000 | 8 | 300 | 10.00 | 90.00 | 5 | 0 | 1.00 |" in report
+    assert "| 10,000,000 | 64 | 270 | 10.00 | 120.00 | 5 | 0 | 2.00 / 0.60 | 0.10 | — | 0.90 |" in report
+    assert "| 1,000,000 | 8 | 300 | 10.00 | 90.00 | 5 | 0 | 2.00 / 0.60 | 0.10 | — | 1.00 |" in report
     found = {t: (measured, holds) for t, measured, holds in targets(results)}
     assert found["DiracX: 10,000,000 waiting ≥ 0.9× 1,000,000 (64 connections)"] == ("0.90× (270 vs 300/s)", True)
     assert found["DiracX: 1,000,000 waiting ≥ 800 matches/s (64 connections)"] == ("300/s", False)
@@ -364,10 +385,11 @@ def _seed(db, jobs: int) -> None:
             f"{values}) RETURNING id"
         )).scalar_one()  # fmt: skip
         conn.execute(sa.text(
-            "INSERT INTO jobs (status, owner, owner_group, vo, account, cpu_time, requirements, user_priority,"
+            "INSERT INTO jobs (status, owner, owner_group, vo, account, cpu_time, user_priority,"
             " priority_class, task_queue_id, submitted_at)"
-            " SELECT 'Waiting', 'u', 'g', 'vo', 'g', 3600, '{}', 1, 0, :tq, now() FROM generate_series(1, :n)"
+            " SELECT 'Waiting', 'u', 'g', 'vo', 'g', 3600, 1, 0, :tq, now() FROM generate_series(1, :n)"
         ), {"tq": tq, "n": jobs})  # fmt: skip
+        conn.execute(sa.text("INSERT INTO job_specs (job_id, requirements) SELECT id, '{}' FROM jobs"))
         conn.execute(sa.text("INSERT INTO tq_jobs SELECT id, :tq, 1, 1.0 FROM jobs"), {"tq": tq})
     engine.dispose()
 
