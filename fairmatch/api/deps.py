@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -21,15 +22,25 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.auth import policy
 from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import ANONYMOUS_ADMIN, Principal, Role
+from fairmatch.db.engine import RequestConnections
 from fairmatch.errors import Forbidden, Unauthorized
 from fairmatch.services.keeper import Keeper
 from fairmatch.settings import Settings
 
 
+def connection(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
+    """The request's connection, for a route that takes it itself (`async with`): the
+    pilots' calls, where FastAPI's handling of a `yield` dependency cost more than the
+    rest of their dependencies together. The route also asks for none when its body
+    is refused."""
+    connections: RequestConnections = request.app.state.connections
+    return connections.connect()
+
+
 # Dependencies are coroutines: FastAPI runs plain functions in a thread pool,
 # a hand-off that costs more than these take.
 async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
-    async with request.app.state.connections.connect() as conn:
+    async with connection(request) as conn:
         yield conn
 
 
@@ -39,16 +50,19 @@ async def _settings(request: Request) -> Settings:
 
 @dataclass(frozen=True, slots=True)
 class MatchingContext:
-    """What a match needs from the process, built once at start-up: one dependency
-    on the hot path instead of three."""
+    """What a match needs from the process, built once at start-up (`matching_context`)."""
 
     settings: Settings
     rng: random.Random
     keeper: Keeper
 
 
-async def _matching_context(request: Request) -> MatchingContext:
+def matching_context(request: Request) -> MatchingContext:
     return request.app.state.matching
+
+
+async def _matching_context(request: Request) -> MatchingContext:
+    return matching_context(request)
 
 
 def _is_loopback(host: str | None) -> bool:

@@ -7,9 +7,10 @@ import binascii
 from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+import orjson
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from fairmatch.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters
+from fairmatch.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
 from fairmatch.api.schemas import Job, JobPage, SubmitResponse
 from fairmatch.auth import policy
 from fairmatch.errors import BadRequest, InvalidInput
@@ -20,6 +21,7 @@ from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.jobs.models import StatusUpdate, SubmitRequest
 from fairmatch.metrics import SUBMITTED_JOBS
 from fairmatch.services import job_classes, jobs, reprioritise, submission
+from fairmatch.settings import Settings
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -119,7 +121,10 @@ async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
 
 
 @router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
-async def report_status(
-    job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, conn: Connection, settings: CurrentSettings
-) -> dict:
-    return await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))
+async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, request: Request) -> Response:
+    # the pilots' other frequent call: it takes its connection and settings itself, as /match does
+    settings: Settings = request.app.state.settings
+    async with connection(request) as conn:
+        job = await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))
+    # the job comes from the database as the schema describes it: encoded, not validated again
+    return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")

@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
-from fairmatch.api.deps import Connection, Matching, Pilots, PilotsAndOperators, Submitters
+from fairmatch.api.deps import (
+    Connection,
+    Matching,
+    Pilots,
+    PilotsAndOperators,
+    Submitters,
+    connection,
+    matching_context,
+)
 from fairmatch.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
@@ -26,11 +34,13 @@ router = APIRouter(tags=["matching"])
     responses={204: {"description": "No job is eligible for this resource."}},
     summary="Claim the job this resource should run now",
 )
-async def match(resource: ClaimingResource, caller: Pilots, conn: Connection, context: Matching) -> Response:
+async def match(resource: ClaimingResource, caller: Pilots, request: Request) -> Response:
     resource = pin_resource(caller, resource)
-    job = await service.match(
-        conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
-    )
+    context = matching_context(request)
+    async with connection(request) as conn:
+        job = await service.match(
+            conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
+        )
     if job is None:
         return Response(status_code=204)
     # the job comes from the database as the schema describes it: encoded, not validated again
