@@ -9,7 +9,7 @@ import logging
 import random
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 import fairmatch as package
 from fairmatch.api import associations as associations_api
@@ -44,6 +44,22 @@ API_PREFIX = "/api/v1"
 BACKGROUND_CONNECTIONS = 4
 
 log = logging.getLogger("fairmatch")
+
+# The routers in the order the OpenAPI document lists their operations.
+ROUTERS: list[tuple[APIRouter, str]] = [
+    (jobs.router, API_PREFIX),
+    (jobs.reports, API_PREFIX),
+    (groups_api.router, API_PREFIX),
+    (associations_api.router, API_PREFIX),
+    (job_classes.router, API_PREFIX),
+    (matching.router, API_PREFIX),
+    (priorities.router, API_PREFIX),
+    (status_api.router, API_PREFIX),
+    (site_limits.router, API_PREFIX),
+    (health.router, ""),
+]
+# What pilots call thousands of times a second: POST /match and their status reports.
+ROUTED_FIRST = (matching.router, jobs.reports)
 
 
 def _settle_garbage_collection() -> None:
@@ -105,14 +121,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     body_limits.install(app, settings)
     observe.install(app, settings.server.access_log)
-    openapi.install(app)
-    app.include_router(jobs.router, prefix=API_PREFIX)
-    app.include_router(groups_api.router, prefix=API_PREFIX)
-    app.include_router(associations_api.router, prefix=API_PREFIX)
-    app.include_router(job_classes.router, prefix=API_PREFIX)
-    app.include_router(matching.router, prefix=API_PREFIX)
-    app.include_router(priorities.router, prefix=API_PREFIX)
-    app.include_router(status_api.router, prefix=API_PREFIX)
-    app.include_router(site_limits.router, prefix=API_PREFIX)
-    app.include_router(health.router)
+    openapi.install(app, documented_order=[(prefix, router.routes) for router, prefix in ROUTERS])
+    # FastAPI tries the routers one after the other and each of their routes in turn (a few
+    # microseconds each): the pilots' calls are routed first
+    for router, prefix in sorted(ROUTERS, key=lambda entry: entry[0] not in ROUTED_FIRST):
+        app.include_router(router, prefix=prefix)
     return app

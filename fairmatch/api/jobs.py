@@ -24,6 +24,8 @@ from fairmatch.services import job_classes, jobs, reprioritise, submission
 from fairmatch.settings import Settings
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+# the status reports apart, so that the application can route them before the rest
+reports = APIRouter(prefix="/jobs", tags=["jobs"])
 
 MAX_ID = 2**63 - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
@@ -120,7 +122,7 @@ async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
     return await jobs.kill(conn, job_id, policy.job_scope(caller))
 
 
-@router.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
+@reports.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
 async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, request: Request) -> Response:
     # the pilots' other frequent call: it takes its connection and settings itself, as /match does
     settings: Settings = request.app.state.settings

@@ -17,10 +17,11 @@ The routers stay as they are: the rules read the generated operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.routing import BaseRoute, Route
 
 API_PREFIX = "/api/v1"
 PROBLEM_JSON = "application/problem+json"
@@ -141,12 +142,25 @@ def _document_readiness(schema: dict[str, Any]) -> None:
         }
 
 
-def install(app: FastAPI) -> None:
+def in_order(schema: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """`schema` with its paths in the order of `paths` (in place), whatever order the
+    application routes them in; paths not named keep theirs, after the named ones."""
+    rank: dict[str, int] = {}
+    for path in paths:
+        rank.setdefault(path, len(rank))
+    ordered = sorted(schema.get("paths", {}).items(), key=lambda item: rank.get(item[0], len(rank)))
+    schema["paths"] = dict(ordered)
+    return schema
+
+
+def install(app: FastAPI, documented_order: Iterable[tuple[str, Iterable[BaseRoute]]] = ()) -> None:
+    """`documented_order`: (prefix, routes) in the order the document lists them."""
     generate: Callable[[], dict[str, Any]] = app.openapi
+    paths = [prefix + r.path_format for prefix, routes in documented_order for r in routes if isinstance(r, Route)]
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = document_problems(generate())
+            app.openapi_schema = in_order(document_problems(generate()), paths)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
