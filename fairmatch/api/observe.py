@@ -9,12 +9,14 @@ metrics' label sets.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import re
 import time
-import uuid
 
 from fastapi import FastAPI
+from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fairmatch.logs import request_id
@@ -48,7 +50,19 @@ def _request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER and _SANE_ID.fullmatch(value):
             return value.decode()
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # a random UUID's 32 hex digits, without making a UUID
+
+
+# The series of each label set, looked up once: `labels()` checks and locks on every call.
+# Route templates, methods and status codes are few, and so are their combinations.
+@functools.cache
+def _requests_counter(method: str, route: str, status: int) -> Counter:
+    return HTTP_REQUESTS.labels(method, route, str(status))
+
+
+@functools.cache
+def _duration_histogram(method: str, route: str) -> Histogram:
+    return HTTP_DURATION.labels(method, route)
 
 
 class Observe:
@@ -78,8 +92,8 @@ class Observe:
             elapsed = time.perf_counter() - started
             method = scope["method"] if scope["method"] in _METHODS else "other"
             route = _route_template(scope)
-            HTTP_REQUESTS.labels(method, route, str(status)).inc()
-            HTTP_DURATION.labels(method, route).observe(elapsed)
+            _requests_counter(method, route, status).inc()
+            _duration_histogram(method, route).observe(elapsed)
             if self.access_log and log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 log.info(
