@@ -79,6 +79,10 @@ def _as_utf8(body: bytes) -> bytes:
 
 def json_too_deep(body: bytes, limit: int) -> bool:
     """Whether the JSON text `body` nests arrays/objects more than `limit` deep."""
+    # each level opens with a bracket or brace (a byte of it in UTF-16/32 too): a body with
+    # no more of them than the limit, as any pilot's is, needs no measuring
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
     return _reaches_depth_above(limit).match(_structure(_as_utf8(body))) is not None
 
 
