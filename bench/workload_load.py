@@ -1,7 +1,7 @@
 """Writing a workload straight into a migrated fairmatch PostgreSQL database.
 
 The rows are what `POST /jobs` would have written (task queue with its value
-lists, Waiting job, tq_jobs row; no submission events), streamed with COPY FROM
+lists, Waiting job with its spec, tq_jobs row; no submission events), streamed with COPY FROM
 STDIN in one transaction, so a failed load leaves nothing behind.
 
 Every table and column the loader writes is named in this module, so that a
@@ -41,7 +41,7 @@ SUBMISSION = 1000
 WRITE_BYTES = 4 << 20
 # Writers (inserts, matches) wait until the load commits instead of
 # interleaving with it; readers go on.
-LOCK = "LOCK TABLE task_queues, jobs, tq_jobs IN SHARE ROW EXCLUSIVE MODE"
+LOCK = "LOCK TABLE task_queues, jobs, job_specs, tq_jobs IN SHARE ROW EXCLUSIVE MODE"
 
 Progress = Callable[[str], object]
 
@@ -198,24 +198,27 @@ def _copy_jobs(
     cur: psycopg.Cursor, workload: Workload, tq_ids: dict[int, int], runs: Sequence[Run],
     now: datetime, progress: Progress | None,
 ) -> dict:  # fmt: skip
-    """The Waiting jobs, then their tq_jobs rows; seconds and rows/s of each, and jobs per user priority."""
+    """The Waiting jobs, their specs, then their tq_jobs rows; seconds and rows/s of each, and
+    jobs per user priority."""
     total = sum(n for _, _, n, _ in runs)
     stamp = now.isoformat()
     priorities = sorted({p for *_, p in runs})
     # everything after the job id is the same for every job of a TQ and level
-    job_tail, queue_tail = {}, {}
+    job_tail, spec_tail, queue_tail = {}, {}, {}
     for i, tq_id in tq_ids.items():
         spec, req = workload.specs[i], workload.requirements[i]
-        head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, req.owner_group, spec["cpu_time"],
-                json.dumps(requirements_json(req)))  # fmt: skip
+        head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, req.owner_group, spec["cpu_time"])
+        requirements = (json.dumps(requirements_json(req)), None)  # no payload
         for p in priorities:
             fields = (*head, p, PRIORITY_CLASS, tq_id, stamp)
             job_tail[i, p] = ("\t" + "\t".join(map(_text, fields)) + "\n").encode()
+            spec_tail[i, p] = ("\t" + "\t".join(map(_text, requirements)) + "\n").encode()
             queue_tail[i, p] = f"\t{tq_id}\t{p}\t{real_priority(p)!r}\n".encode()
     report = {}
     for table, columns, tails in (
-        ("jobs", ("id", "status", "owner", "owner_group", "vo", "account", "cpu_time", "requirements",
-                  "user_priority", "priority_class", "task_queue_id", "submitted_at"), job_tail),
+        ("jobs", ("id", "status", "owner", "owner_group", "vo", "account", "cpu_time", "user_priority",
+                  "priority_class", "task_queue_id", "submitted_at"), job_tail),
+        ("job_specs", ("job_id", "requirements", "payload"), spec_tail),
         ("tq_jobs", ("job_id", "tq_id", "user_priority", "real_priority"), queue_tail),
     ):  # fmt: skip
         meter = _Meter(table, total, progress)

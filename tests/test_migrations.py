@@ -151,3 +151,37 @@ def test_value_tables_fold_into_the_task_queue_columns_and_come_back(fresh_datab
     with engine.connect() as conn:
         assert _value_rows(conn) == set(rows)
     engine.dispose()
+
+
+def test_job_specs_move_apart_and_come_back(fresh_database):
+    """0014 moves each job's requirements and payload to job_specs, out of jobs; a downgrade
+    puts them back in jobs."""
+    migrate.upgrade(fresh_database.url, "0013")
+    engine = fresh_database.engine()
+    specs = {40: ({"owner": "alice", "job_types": ["MC"]}, {"run": 7}), 41: ({"owner": "bob"}, None)}
+    with engine.begin() as conn:
+        for job_id, (requirements, payload) in specs.items():
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (id, status, owner, owner_group, vo, account, cpu_time, requirements, "
+                    "user_priority, priority_class, payload, submitted_at) VALUES (:id, 'Running', 'alice', 'g', "
+                    "'vo', 'g', 3600, :requirements, 1, 0, :payload, '2026-01-01')"
+                ).bindparams(sa.bindparam("requirements", type_=sa.JSON), sa.bindparam("payload", type_=sa.JSON)),
+                {"id": job_id, "requirements": requirements, "payload": payload},
+            )
+    migrate.upgrade(fresh_database.url, "head")
+    spec_table = sa.Table("job_specs", sa.MetaData(), sa.Column("job_id", sa.Integer),
+                          sa.Column("requirements", sa.JSON), sa.Column("payload", sa.JSON))  # fmt: skip
+    with engine.connect() as conn:
+        moved = {r.job_id: (r.requirements, r.payload) for r in conn.execute(sa.select(spec_table))}
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("jobs")}
+    assert moved == specs
+    assert not {"requirements", "payload"} & columns
+    migrate.downgrade(fresh_database.url, "0013")
+    back = sa.Table("jobs", sa.MetaData(), sa.Column("id", sa.Integer), sa.Column("requirements", sa.JSON),
+                    sa.Column("payload", sa.JSON))  # fmt: skip
+    with engine.connect() as conn:
+        restored = {r.id: (r.requirements, r.payload) for r in conn.execute(sa.select(back))}
+        assert "job_specs" not in sa.inspect(conn).get_table_names()
+    assert restored == specs
+    engine.dispose()

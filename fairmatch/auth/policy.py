@@ -45,12 +45,21 @@ class JobScope:
     owner_groups: frozenset[str] | None = None
     matched_by: str | None = None
 
+    def restrictions(self) -> dict[str, frozenset[str]]:
+        """Per jobs column, the values a job the caller sees may have there (none: every job).
+        The data layer renders them in SQL (fairmatch/db/jobs.py, `visible`)."""
+        allowed: dict[str, frozenset[str]] = {}
+        if self.owner is not None:
+            allowed["owner"] = frozenset({self.owner})
+        if self.owner_groups is not None:
+            allowed["owner_group"] = self.owner_groups
+        if self.matched_by is not None:
+            allowed["matched_by"] = frozenset({self.matched_by})
+        return allowed
+
     def sees(self, job: Any) -> bool:
-        return (
-            (self.owner is None or job.owner == self.owner)
-            and (self.owner_groups is None or job.owner_group in self.owner_groups)
-            and (self.matched_by is None or job.matched_by == self.matched_by)
-        )
+        """Whether the caller sees a job read without the scope's SQL (the same restrictions)."""
+        return all(getattr(job, column) in values for column, values in self.restrictions().items())
 
 
 def job_scope(caller: Principal) -> JobScope:

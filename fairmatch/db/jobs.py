@@ -1,39 +1,124 @@
-"""Jobs SQL: the jobs table, their places in task queues (tq_jobs) and their events.
+"""Jobs SQL: the jobs table and their specs, their places in task queues (tq_jobs) and their events.
 
 Lock order, everywhere: a job's tq_jobs row before its jobs row (the claim
 takes them in that order), so a claim and a change of the same job never
-deadlock.
+deadlock. A job's spec (job_specs) is written once with the job and only read
+after: a read of the whole job joins it.
+
+What a caller sees of the jobs is rendered in SQL once (`visible`): every
+read and change of a job on a caller's behalf filters with it, so a job out of
+the caller's scope is not found, nor locked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, false, insert, select, true, update
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
+from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
-from fairmatch.db.tables import job_events, jobs, match_requests, tq_jobs
+from fairmatch.db.raw import Row, execute_one
+from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.lifecycle import JobStatus
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
+
+# a job's spec, beside its jobs row wherever the whole job is read
+_SPEC = (job_specs.c.requirements, job_specs.c.payload)
+_WHOLE = jobs.join(job_specs, job_specs.c.job_id == jobs.c.id)
+
+
+def _whole_job() -> Select[Any]:
+    return select(jobs, *_SPEC).select_from(_WHOLE)
+
+
+def _named_values(scope: JobScope) -> dict[str, dict[str, str]]:
+    """Per restricted jobs column, the values the scope allows there, by parameter name."""
+    return {
+        column: {f"scope_{column}_{i}": value for i, value in enumerate(sorted(values))}
+        for column, values in scope.restrictions().items()
+    }
+
+
+def _one_of(named: dict[str, dict[str, Any]]) -> ColumnElement[bool]:
+    return and_(
+        true(),
+        *(jobs.c[column].in_([bindparam(name, value) for name, value in by_name.items()]) if by_name else false()
+          for column, by_name in named.items()),
+    )  # fmt: skip
+
+
+def visible(scope: JobScope) -> ColumnElement[bool]:
+    """The jobs the scope sees: the one rendering of a caller's scope in SQL."""
+    return _one_of(_named_values(scope))
+
+
+@lru_cache(maxsize=64)
+def _visible_text(shape: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """`visible` as PostgreSQL text: it depends only on the parameters' names, not on their values."""
+    named: dict[str, dict[str, Any]] = {column: dict.fromkeys(names) for column, names in shape}
+    return str(_one_of(named).compile(dialect=postgresql_psycopg.dialect()))
+
+
+def _visible_sql(scope: JobScope) -> tuple[str, dict[str, str]]:
+    """`visible` for a statement sent as text: its SQL and its parameters."""
+    named = _named_values(scope)
+    shape = tuple((column, tuple(by_name)) for column, by_name in named.items())
+    return _visible_text(shape), {name: value for by_name in named.values() for name, value in by_name.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """A pilot's status report as the jobs table takes it (a return to Waiting is a reschedule)."""
+
+    job_id: int
+    status: JobStatus
+    from_statuses: tuple[str, ...]  # the statuses a job may be in to take this one
+    minor_status: str | None
+    cpu_seconds: float | None
+    wall_seconds: float | None
+    at: datetime
+    finishes: bool  # a final status: the job's finished_at is set
+    charged: bool  # a status that charges the job's CPU seconds
+    charge: Callable[[float | None], float | None]  # what the job's CPU seconds cost with it; None: nothing
+
+
+class Reported(NamedTuple):
+    """What a status report found: the job's status before (None: no such job in the
+    caller's scope) and the whole job after (None: the transition was refused)."""
+
+    before: JobStatus | None
+    job: Any | None
 
 
 class JobDB(AreaDB):
     """Jobs, where the waiting ones wait, and what happened to each."""
 
     async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime) -> list[int]:
-        """Waiting jobs (jobs columns plus `real_priority`), their tq_jobs rows and events; ids in order."""
+        """Waiting jobs (jobs columns, `requirements`, `payload` and `real_priority`), their specs,
+        tq_jobs rows and events; ids in order."""
         job_ids: list[int] = []
-        job_columns = [{k: v for k, v in row.items() if k != "real_priority"} for row in rows]
+        job_columns = [{k: v for k, v in row.items() if k in jobs.c} for row in rows]
         for part in chunks(job_columns):
             result = await self.conn.execute(
                 insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), list(part)
             )
             job_ids.extend(result.scalars().all())
+        specs = [
+            {"job_id": job_id, "requirements": row["requirements"], "payload": row["payload"]}
+            for job_id, row in zip(job_ids, rows)
+        ]
+        for part in chunks(specs):
+            await self.conn.execute(insert(job_specs), list(part))
         waiting = [
             {
                 "job_id": job_id,
@@ -64,9 +149,9 @@ class JobDB(AreaDB):
         for part in chunks(events):
             await self.conn.execute(insert(job_events), list(part))
 
-    async def get(self, job_id: int) -> Any | None:
-        """The jobs row, or None."""
-        return (await self.conn.execute(select(jobs).where(jobs.c.id == job_id))).first()
+    async def get(self, job_id: int, scope: JobScope) -> Any | None:
+        """The whole job (its jobs row and its spec), or None when the scope does not see it."""
+        return (await self.conn.execute(_whole_job().where(jobs.c.id == job_id, visible(scope)))).first()
 
     async def page(
         self,
@@ -78,14 +163,8 @@ class JobDB(AreaDB):
         limit: int,
         scope: JobScope,
     ) -> Sequence[Any]:
-        """Up to `limit` rows after `after_id` in id order, within the scope and filters."""
-        stmt = select(jobs).where(jobs.c.id > after_id).order_by(jobs.c.id).limit(limit)
-        if scope.owner is not None:
-            stmt = stmt.where(jobs.c.owner == scope.owner)
-        if scope.owner_groups is not None:
-            stmt = stmt.where(jobs.c.owner_group.in_(sorted(scope.owner_groups)))
-        if scope.matched_by is not None:
-            stmt = stmt.where(jobs.c.matched_by == scope.matched_by)
+        """Up to `limit` whole jobs after `after_id` in id order, within the scope and filters."""
+        stmt = _whole_job().where(jobs.c.id > after_id, visible(scope)).order_by(jobs.c.id).limit(limit)
         if status is not None:
             stmt = stmt.where(jobs.c.status == status.value)
         if owner is not None:
@@ -94,9 +173,9 @@ class JobDB(AreaDB):
             stmt = stmt.where(jobs.c.owner_group == owner_group)
         return (await self.conn.execute(stmt)).all()
 
-    async def lock_state(self, job_id: int) -> Any | None:
+    async def lock_state(self, job_id: int, scope: JobScope) -> Any | None:
         """The job's status, owner, group, matcher, lease, last report and reschedules, its row locked;
-        None if missing."""
+        None if missing or out of the scope."""
         return (
             await self.conn.execute(
                 select(
@@ -108,24 +187,38 @@ class JobDB(AreaDB):
                     jobs.c.heartbeat_at,
                     jobs.c.reschedules,
                 )
-                .where(jobs.c.id == job_id)
+                .where(jobs.c.id == job_id, visible(scope))
                 .with_for_update()
             )
         ).first()
 
-    async def lock_whole(self, job_id: int) -> Any | None:
-        """The whole jobs row, locked; None if missing."""
-        return (await self.conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update())).first()
+    async def lock_whole(self, job_id: int, scope: JobScope | None = None) -> Any | None:
+        """The whole job, its jobs row locked; None if missing (or out of the scope)."""
+        stmt = _whole_job().where(jobs.c.id == job_id).with_for_update(of=jobs)
+        if scope is not None:
+            stmt = stmt.where(visible(scope))
+        return (await self.conn.execute(stmt)).first()
 
     async def update(self, job_id: int, **values: Any) -> Any:
-        """Set these columns; the row after."""
-        return (await self.conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values).returning(jobs))).one()
-
-    async def requeue_facts(self, job_id: int) -> Any:
-        """The requirements and user priority a job is queued again with."""
-        return (
-            await self.conn.execute(select(jobs.c.requirements, jobs.c.user_priority).where(jobs.c.id == job_id))
+        """Set these jobs columns; the whole job after (its spec read, never written)."""
+        after = (
+            await self.conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values).returning(*jobs.c))
         ).one()
+        spec = (await self.conn.execute(select(*_SPEC).where(job_specs.c.job_id == job_id))).one()
+        return Row({**after._asdict(), **spec._asdict()})
+
+    async def requeue_facts(self, job_id: int) -> tuple[Requirements, int]:
+        """The requirements and user priority a job is queued again with: its spec's requirements
+        in the priority class it has now (a change of class does not rewrite the spec)."""
+        row = (
+            await self.conn.execute(
+                select(job_specs.c.requirements, jobs.c.priority_class, jobs.c.user_priority)
+                .select_from(_WHOLE)
+                .where(jobs.c.id == job_id)
+            )
+        ).one()
+        submitted = Requirements.from_json(row.requirements)
+        return dataclasses.replace(submitted, priority_class=row.priority_class), row.user_priority
 
     async def forget_match_request(self, job_id: int) -> None:
         """Void the job's match: a late replay of its request id must not return it."""
@@ -159,11 +252,12 @@ class JobDB(AreaDB):
 
     async def lapsed_leases(self, now: datetime, limit: int) -> list[int]:
         """Matched jobs whose lease ran out by `now`, the oldest lease first."""
+        # the status as the partial index's predicate words it, so that any plan may use the index
         return list(
             (
                 await self.conn.execute(
                     select(jobs.c.id)
-                    .where(jobs.c.status == JobStatus.Matched.value, jobs.c.lease_expires_at <= now)
+                    .where(status_in({JobStatus.Matched}), jobs.c.lease_expires_at <= now)
                     .order_by(jobs.c.lease_expires_at)
                     .limit(limit)
                 )
@@ -198,6 +292,35 @@ class JobDB(AreaDB):
         ).first()
         return row is not None
 
+    async def report(self, report: StatusReport, scope: JobScope) -> Reported:
+        """Take a status report in a transaction of its own: under the row lock, the job takes
+        the status if it may, with its event when the status changes and its charge when it is charged."""
+        async with self.conn.begin():
+            locked = await self.lock_state(report.job_id, scope)
+            if locked is None:
+                return Reported(None, None)
+            before = JobStatus(locked.status)
+            if before.value not in report.from_statuses:
+                return Reported(before, None)
+            values: dict[str, Any] = {"status": report.status.value, "heartbeat_at": report.at}
+            for field in ("minor_status", "cpu_seconds", "wall_seconds"):
+                if getattr(report, field) is not None:
+                    values[field] = getattr(report, field)
+            if before is JobStatus.Matched:  # confirmed: the job starts, its lease is over
+                values.update(started_at=report.at, lease_expires_at=None)
+            if report.finishes:
+                values["finished_at"] = report.at
+            job = await self.update(report.job_id, **values)
+            if before is not report.status:  # a heartbeat is not an event
+                await self.record_events([report.job_id], report.status, report.at, "api", report.minor_status)
+            amount = report.charge(job.cpu_seconds)
+            if amount is not None:
+                await AccountingDB.of(self.conn).log_charge({
+                    "charged_at": report.at, "job_id": job.id, "vo": job.vo, "owner_group": job.owner_group,
+                    "owner": job.owner, "account": job.account, "charge": amount,
+                })  # fmt: skip
+        return Reported(before, job)
+
 
 class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
     """Bulk submission with COPY instead of multi-row INSERTs.
@@ -215,18 +338,21 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         async with raw.cursor() as cursor:
             await cursor.execute(_NEW_IDS, {"n": len(rows)})
             ids = sorted(r[0] for r in await cursor.fetchall())
-            encoded: dict[int, str] = {}  # jobs of one submission share a few requirement sets
             async with cursor.copy(_COPY_JOBS) as copy:
+                for job_id, row in zip(ids, rows):
+                    await copy.write_row((
+                        job_id, JobStatus.Waiting.value, row["owner"], row["owner_group"], row["vo"], row["account"],
+                        row["cpu_time"], row["user_priority"], row["priority_class"], row["job_class"],
+                        row["task_queue_id"], now,
+                    ))  # fmt: skip
+            encoded: dict[int, str] = {}  # jobs of one submission share a few requirement sets
+            async with cursor.copy(_COPY_SPECS) as copy:
                 for job_id, row in zip(ids, rows):
                     key = id(row["requirements"])
                     if key not in encoded:
                         encoded[key] = json.dumps(row["requirements"])
                     payload = None if row["payload"] is None else json.dumps(row["payload"], ensure_ascii=False)
-                    await copy.write_row((
-                        job_id, JobStatus.Waiting.value, row["owner"], row["owner_group"], row["vo"], row["account"],
-                        row["cpu_time"], encoded[key], row["user_priority"], row["priority_class"],
-                        row["job_class"], payload, row["task_queue_id"], now,
-                    ))  # fmt: skip
+                    await copy.write_row((job_id, encoded[key], payload))
             async with cursor.copy(_COPY_WAITING) as copy:
                 for job_id, row in zip(ids, rows):
                     await copy.write_row((job_id, row["task_queue_id"], row["user_priority"], row["real_priority"]))
@@ -235,6 +361,23 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
                     await copy.write_row((job_id, JobStatus.Waiting.value, now, "submit"))
         return ids
 
+    async def report(self, report: StatusReport, scope: JobScope) -> Reported:
+        """One autocommitted statement (`_REPORT`) on the driver's connection, when the report
+        carries what the job is charged; otherwise the charge is the CPU seconds the job
+        stored before, read under the row lock in a transaction."""
+        if report.charged and report.cpu_seconds is None:
+            return await super().report(report, scope)
+        where, scope_params = _visible_sql(scope)
+        row: Any = await execute_one(self.conn, _report_sql(where), {
+            "job_id": report.job_id, "status": report.status.value, "from_statuses": list(report.from_statuses),
+            "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,
+            "wall_seconds": report.wall_seconds, "finished_at": report.at if report.finishes else None,
+            "charge": report.charge(report.cpu_seconds), **scope_params,
+        })  # fmt: skip
+        assert row is not None, "the statement answers one row, found or not"
+        before = None if row.status_before is None else JobStatus(row.status_before)
+        return Reported(before, None if row.id is None else row)
+
 
 class SQLiteJobDB(SQLiteStatements, JobDB, dialect="sqlite"):
     pass
@@ -242,11 +385,59 @@ class SQLiteJobDB(SQLiteStatements, JobDB, dialect="sqlite"):
 
 _NEW_IDS = "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s)"
 _COPY_JOBS = (
-    "COPY jobs (id, status, owner, owner_group, vo, account, cpu_time, requirements, user_priority, "
-    "priority_class, job_class, payload, task_queue_id, submitted_at) FROM STDIN"
+    "COPY jobs (id, status, owner, owner_group, vo, account, cpu_time, user_priority, "
+    "priority_class, job_class, task_queue_id, submitted_at) FROM STDIN"
 )
+_COPY_SPECS = "COPY job_specs (job_id, requirements, payload) FROM STDIN"
 _COPY_WAITING = "COPY tq_jobs (job_id, tq_id, user_priority, real_priority) FROM STDIN"
 _COPY_EVENTS = "COPY job_events (job_id, status, at, source) FROM STDIN"
+
+# A status report in one statement: lock the job if the caller sees it, change it if it may
+# take the status, record the event (not for a heartbeat) and the charge (bound, computed by
+# the caller) with it, and answer the whole job after with the status before (NULL: not
+# found; no job: refused). Every value is bound; the scope's text has fixed parameter names.
+_REPORT = """
+WITH locked AS MATERIALIZED (
+    SELECT jobs.id, jobs.status FROM jobs
+    WHERE jobs.id = %(job_id)s AND {visible}
+    FOR UPDATE
+), changed AS (
+    UPDATE jobs
+    SET status = CAST(%(status)s AS varchar),
+        heartbeat_at = %(at)s,
+        minor_status = COALESCE(CAST(%(minor_status)s AS varchar), jobs.minor_status),
+        cpu_seconds = COALESCE(CAST(%(cpu_seconds)s AS float8), jobs.cpu_seconds),
+        wall_seconds = COALESCE(CAST(%(wall_seconds)s AS float8), jobs.wall_seconds),
+        -- confirmed: the job starts, its lease is over
+        started_at = CASE WHEN locked.status = 'Matched' THEN %(at)s ELSE jobs.started_at END,
+        lease_expires_at = CASE WHEN locked.status = 'Matched' THEN NULL ELSE jobs.lease_expires_at END,
+        finished_at = COALESCE(CAST(%(finished_at)s AS timestamptz), jobs.finished_at)
+    FROM locked
+    WHERE jobs.id = locked.id AND locked.status = ANY(CAST(%(from_statuses)s AS varchar[]))
+    RETURNING jobs.*
+), event AS (
+    INSERT INTO job_events (job_id, status, minor_status, at, source)
+    SELECT changed.id, changed.status, CAST(%(minor_status)s AS varchar), %(at)s, 'api'
+    FROM changed JOIN locked ON locked.id = changed.id
+    WHERE locked.status <> changed.status
+), charge AS (
+    INSERT INTO usage_charges (charged_at, job_id, vo, owner_group, owner, account, charge)
+    SELECT %(at)s, changed.id, changed.vo, changed.owner_group, changed.owner, changed.account,
+           CAST(%(charge)s AS float8)
+    FROM changed
+    WHERE CAST(%(charge)s AS float8) IS NOT NULL
+)
+SELECT locked.status AS status_before, changed.*, job_specs.requirements, job_specs.payload
+FROM (SELECT 1) AS one
+LEFT JOIN locked ON true
+LEFT JOIN changed ON true
+LEFT JOIN job_specs ON job_specs.job_id = changed.id
+"""
+
+
+@lru_cache(maxsize=64)
+def _report_sql(visible_sql: str) -> str:
+    return _REPORT.format(visible=visible_sql)
 
 
 def job_dict(row: Any) -> dict[str, Any]:

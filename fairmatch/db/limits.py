@@ -20,30 +20,33 @@ from sqlalchemy import TextClause, bindparam, delete, func, insert, select, text
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.change_signal import mark_changed
-from fairmatch.db.tables import jobs, site_limit_matches, site_limits
+from fairmatch.db.tables import jobs, site_limit_matches, site_limits, status_in
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
 from fairmatch.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimits
 
 SITE_LOCK_NAMESPACE = 7_100_010  # with hashtext(site): one advisory lock per site
 
-_HOLDING = tuple(sorted(HOLDING_A_SLOT))
+# Jobs holding a slot, worded as the partial index on (site) words its predicate: whatever
+# the plan, the index serves these counts.
+_HOLDING = status_in(HOLDING_A_SLOT)
 
+# A job's types are in its spec (a JSON list), read for the jobs holding a slot only.
 _JOB_TYPE_COUNTS_PG = text(
-    """
+    f"""
     SELECT jt.value, count(*)
-    FROM jobs CROSS JOIN LATERAL
-         jsonb_array_elements_text(CAST(jobs.requirements AS jsonb) -> 'job_types') AS jt(value)
-    WHERE jobs.site = :site AND jobs.status IN :statuses AND jt.value IN :values
+    FROM jobs JOIN job_specs ON job_specs.job_id = jobs.id CROSS JOIN LATERAL
+         jsonb_array_elements_text(CAST(job_specs.requirements AS jsonb) -> 'job_types') AS jt(value)
+    WHERE jobs.site = :site AND jobs.{_HOLDING} AND jt.value IN :values
     GROUP BY jt.value"""
-).bindparams(bindparam("statuses", expanding=True), bindparam("values", expanding=True))
+).bindparams(bindparam("values", expanding=True))
 
 _JOB_TYPE_COUNTS_SQLITE = text(
-    """
+    f"""
     SELECT jt.value, count(*)
-    FROM jobs, json_each(jobs.requirements, '$.job_types') AS jt
-    WHERE jobs.site = :site AND jobs.status IN :statuses AND jt.value IN :values
+    FROM jobs JOIN job_specs ON job_specs.job_id = jobs.id, json_each(job_specs.requirements, '$.job_types') AS jt
+    WHERE jobs.site = :site AND jobs.{_HOLDING} AND jt.value IN :values
     GROUP BY jt.value"""
-).bindparams(bindparam("statuses", expanding=True), bindparam("values", expanding=True))
+).bindparams(bindparam("values", expanding=True))
 
 _LOCK_SITE = text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:site))")
 
@@ -75,14 +78,12 @@ class LimitDB(AreaDB):
         counts: dict[tuple[Attribute, str], int] = {}
         for attribute, values in wanted.items():
             if attribute is Attribute.job_type:
-                rows = await self.conn.execute(
-                    self.job_type_counts, {"site": site, "statuses": list(_HOLDING), "values": sorted(set(values))}
-                )
+                rows = await self.conn.execute(self.job_type_counts, {"site": site, "values": sorted(set(values))})
             else:
                 column = jobs.c[attribute.value]
                 rows = await self.conn.execute(
                     select(column, func.count())
-                    .where(jobs.c.site == site, jobs.c.status.in_(_HOLDING), column.in_(sorted(set(values))))
+                    .where(jobs.c.site == site, _HOLDING, column.in_(sorted(set(values))))
                     .group_by(column)
                 )
             counts.update(((attribute, value), int(n)) for value, n in rows)

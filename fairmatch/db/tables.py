@@ -8,6 +8,8 @@ PostgreSQL): matching keeps a copy of the rows and tests them in memory.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -22,11 +24,13 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TextClause,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from fairmatch.jobs.lifecycle import HOLDING_A_SLOT, JobStatus
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
@@ -74,6 +78,20 @@ task_queues = Table(
 )
 
 
+def status_in(statuses: Iterable[JobStatus]) -> TextClause:
+    """`status IN (...)` with the statuses written out: an index predicate, and the same
+    condition in a query, which the planner then sees implies it whatever the parameters."""
+    return text(f"status IN ({', '.join(repr(s.value) for s in sorted(statuses))})")
+
+
+_MATCHED = status_in({JobStatus.Matched})
+_HOLDING_A_SLOT = status_in(HOLDING_A_SLOT)
+
+# What a job's state changes write: a few dozen bytes. A claim or a status report
+# rewrites the row, so what is written once (the requirements and the payload)
+# lives apart, in job_specs. A heartbeat changes no indexed column: with room
+# left in each page (fillfactor) its new row version stays in the page and no
+# index is written (a HOT update).
 jobs = Table(
     "jobs",
     metadata,
@@ -86,12 +104,10 @@ jobs = Table(
     # the Slurm account usage is charged to (default: the owner group)
     Column("account", String(NAME), nullable=False),
     Column("cpu_time", BigInteger, nullable=False),
-    # The normalised requirements, enough to find the job's TQ again on reschedule.
-    Column("requirements", JSON, nullable=False),
     Column("user_priority", Integer, nullable=False),
+    # the job's class now: a change of class moves the job, its spec keeps the submitted one
     Column("priority_class", Integer, nullable=False),
     Column("job_class", String(NAME)),
-    Column("payload", JSON),
     # The TQ the job was last queued in; informational once it leaves the queue.
     Column("task_queue_id", BigInteger),
     Column("submitted_at", DateTime(timezone=True), nullable=False),
@@ -108,14 +124,35 @@ jobs = Table(
     Column("wall_seconds", Float),
     # returns to Waiting the owner did not ask for (a lease that ran out, a stalled job)
     Column("reschedules", Integer, nullable=False, server_default="0"),
+    # listings by status, the stalled-job watchdog, counts per status
     Index("ix_jobs_status_id", "status", "id"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_owner_group_id", "owner_group", "id"),
+    # Partial indexes: a row version is entered only while the job is in the statuses
+    # the query looks at, so most state changes write neither.
     # the lease sweep looks for Matched jobs whose lease ran out
-    Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+    Index("ix_jobs_matched_lease", "lease_expires_at", postgresql_where=_MATCHED, sqlite_where=_MATCHED),
     # site limits count the jobs holding a slot at one site
-    Index("ix_jobs_site_status", "site", "status"),
+    Index("ix_jobs_holding_site", "site", postgresql_where=_HOLDING_A_SLOT, sqlite_where=_HOLDING_A_SLOT),
+    postgresql_with={"fillfactor": 90},
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# What a job was submitted with, written once and never updated: the normalised
+# requirements (enough to find the job's TQ again on reschedule, with the job's
+# current priority class) and the payload handed to its pilot.
+job_specs = Table(
+    "job_specs",
+    metadata,
+    Column(
+        "job_id",
+        Id,
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    Column("requirements", JSON, nullable=False),
+    Column("payload", JSON),
 )
 
 # The waiting jobs. The index serves both the user-priority level draw

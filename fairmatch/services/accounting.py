@@ -25,6 +25,14 @@ def _job_field(job_row: Any, name: str) -> Any:
     return job_row.get(name) if isinstance(job_row, dict) else getattr(job_row, name, None)
 
 
+def charge_for(status: str, cpu_seconds: float | None, settings: Settings | AccountingSettings) -> float | None:
+    """What a job that becomes `status` having used `cpu_seconds` is charged; None: nothing
+    (a status that charges nothing, or no CPU reported)."""
+    if status not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
+        return None
+    return charge_of(cpu_seconds, _accounting(settings))
+
+
 async def charge(conn: AsyncConnection, job_row: Any, now: datetime, settings: Settings | AccountingSettings) -> float:
     """Log a finished job's charge; returns it.
 
@@ -34,11 +42,9 @@ async def charge(conn: AsyncConnection, job_row: Any, now: datetime, settings: S
     later (`fold_charges`). A job without `cpu_seconds`, or in another
     state, charges nothing.
     """
-    accounting = _accounting(settings)
-    cpu_seconds = _job_field(job_row, "cpu_seconds")
-    if _job_field(job_row, "status") not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
+    amount = charge_for(_job_field(job_row, "status"), _job_field(job_row, "cpu_seconds"), settings)
+    if amount is None:
         return 0.0
-    amount = charge_of(cpu_seconds, accounting)
     group = _job_field(job_row, "owner_group")
     await AccountingDB.of(conn).log_charge({
         "charged_at": now, "job_id": _job_field(job_row, "id"), "vo": _job_field(job_row, "vo"),

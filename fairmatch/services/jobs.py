@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.accounting.usage import CHARGED_STATUSES
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.jobs import JobDB, job_dict
+from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, NotFound
 from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed
@@ -24,7 +26,7 @@ from fairmatch.jobs.models import StatusUpdate
 from fairmatch.services import accounting, taskqueues
 from fairmatch.services.queueing import record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
-from fairmatch.taskqueues.requirements import Requirements, real_priority
+from fairmatch.taskqueues.requirements import real_priority
 
 UNRESTRICTED = JobScope()
 MAX_RESCHEDULES = "Maximum of reschedulings reached"  # DIRAC's minor status
@@ -36,8 +38,8 @@ def missing(job_id: int) -> NotFound:
 
 async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
     async with read_transaction(conn):
-        row = await JobDB.of(conn).get(job_id)
-    if row is None or not scope.sees(row):
+        row = await JobDB.of(conn).get(job_id, scope)
+    if row is None:
         raise missing(job_id)
     return job_dict(row)
 
@@ -62,18 +64,22 @@ async def list_jobs(
     return page, next_after
 
 
+def refused(job_id: int, current: JobStatus, new: JobStatus) -> Conflict:
+    return Conflict(
+        f"job {job_id} is {current.value}; it cannot become {new.value}",
+        current_status=current.value,
+        requested_status=new.value,
+    )
+
+
 async def lock_for_transition(job_db: JobDB, job_id: int, new: JobStatus, scope: JobScope) -> Any:
     """Lock the job row, and refuse with 404/409 unless `current -> new` is allowed."""
-    row = await job_db.lock_state(job_id)
-    if row is None or not scope.sees(row):
+    row = await job_db.lock_state(job_id, scope)
+    if row is None:
         raise missing(job_id)
     current = JobStatus(row.status)
     if not allowed(current, new):
-        raise Conflict(
-            f"job {job_id} is {current.value}; it cannot become {new.value}",
-            current_status=current.value,
-            requested_status=new.value,
-        )
+        raise refused(job_id, current, new)
     return row
 
 
@@ -84,6 +90,12 @@ async def report_status(
     settings: Settings,
     scope: JobScope = UNRESTRICTED,
 ) -> dict[str, Any]:
+    """A pilot's report: the job takes the status if it may (404 out of the scope, 409 refused),
+    with its event and, when it finishes, its charge; the whole job after.
+
+    The transition, the charge and the scope are decided here and by their own rules
+    (`allowed`, `charge_for`, the scope's SQL); the data layer applies them in one
+    step (on PostgreSQL one statement). Waiting is a reschedule."""
     new = JobStatus(report.status)
     now = utcnow()
     if new is JobStatus.Waiting:
@@ -92,23 +104,26 @@ async def report_status(
         )
         assert rescheduled is not None  # without `only_if` the job always moves
         return rescheduled
-    values: dict[str, Any] = {"status": new.value, "heartbeat_at": now}
-    for field in ("minor_status", "cpu_seconds", "wall_seconds"):
-        if getattr(report, field) is not None:
-            values[field] = getattr(report, field)
-    async with conn.begin():
-        job_db = JobDB.of(conn)
-        current = JobStatus((await lock_for_transition(job_db, job_id, new, scope)).status)
-        if current is JobStatus.Matched:
-            values.update(started_at=now, lease_expires_at=None)
-        if new in FINAL:
-            values["finished_at"] = now
-        row = await job_db.update(job_id, **values)
-        if new is not current:  # a heartbeat is not an event
-            await job_db.record_events([job_id], new, now, "api", report.minor_status)
-        if new in (JobStatus.Done, JobStatus.Failed):  # charged with the transition, or not at all
-            await accounting.charge(conn, row, now, settings)
-    return job_dict(row)
+    reported = await JobDB.of(conn).report(
+        StatusReport(
+            job_id=job_id,
+            status=new,
+            from_statuses=tuple(s.value for s in JobStatus if allowed(s, new)),
+            minor_status=report.minor_status,
+            cpu_seconds=report.cpu_seconds,
+            wall_seconds=report.wall_seconds,
+            at=now,
+            finishes=new in FINAL,
+            charged=new.value in CHARGED_STATUSES,  # with the transition, or not at all
+            charge=partial(accounting.charge_for, new.value, settings=settings),
+        ),
+        scope,
+    )
+    if reported.before is None:
+        raise missing(job_id)
+    if reported.job is None:
+        raise refused(job_id, reported.before, new)
+    return job_dict(reported.job)
 
 
 async def reschedule(
@@ -141,13 +156,12 @@ async def reschedule(
             await job_db.record_events([job_id], JobStatus.Failed, now, source, MAX_RESCHEDULES)
             await accounting.charge(conn, row, now, settings)
             return job_dict(row)
-        job = await job_db.requeue_facts(job_id)
+        reqs, user_priority = await job_db.requeue_facts(job_id)
         await job_db.forget_match_request(job_id)
-        reqs = Requirements.from_json(job.requirements)
         found, created = await TaskQueueDB.of(conn).find_or_create([reqs], now)
         tq_id = found[reqs.hash]
-        level = real_priority(job.user_priority)
-        await job_db.add_waiting(job_id, tq_id, job.user_priority, level)
+        level = real_priority(user_priority)
+        await job_db.add_waiting(job_id, tq_id, user_priority, level)
         row = await job_db.update(
             job_id,
             status=JobStatus.Waiting.value,

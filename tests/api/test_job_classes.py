@@ -3,7 +3,6 @@ use at submission, and PATCH /jobs/{id} moving waiting jobs between task queues.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 from typing import Any
@@ -282,10 +281,11 @@ def test_patches_racing_pilots_lose_and_duplicate_no_job(client, server, databas
     assert sum(changed) > 0
     assert_queue_invariants(database)
     assert query(database, "SELECT count(*) FROM tq_jobs") == [(0,)]
-    # the stored requirements follow every change, for a later reschedule
-    for priority_class, requirements in query(database, "SELECT priority_class, requirements FROM jobs"):
-        stored = json.loads(requirements) if isinstance(requirements, str) else requirements
-        assert stored["priority_class"] == priority_class
+    # a later reschedule queues each job in the task queue of the class it has now
+    for job_id in ids:
+        back = client.post(f"/jobs/{job_id}/status", json={"status": "Waiting"}).json()
+        queued = task_queues(client)[back["task_queue_id"]]
+        assert (queued["priority_class"], queued["sites"]) == (back["priority_class"], back["sites"])
 
 
 # --- roles ---------------------------------------------------------------------------------------

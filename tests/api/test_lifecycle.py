@@ -455,7 +455,7 @@ def test_bulk_submission_of_10000_jobs_returns_distinct_ids_in_request_order(cli
     # in order: the i-th id names the job whose payload is i
     engine = database.engine()
     with engine.connect() as conn:
-        payload_of = dict(conn.execute(sa.text("SELECT id, payload FROM jobs")).all())
+        payload_of = dict(conn.execute(sa.text("SELECT job_id, payload FROM job_specs")).all())
     engine.dispose()
     payload_of = {k: (v if isinstance(v, int) else int(v)) for k, v in payload_of.items()}
     assert [payload_of[j] for j in ids] == list(range(10_000))

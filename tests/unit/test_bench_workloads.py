@@ -273,7 +273,9 @@ def test_a_loaded_workload_is_served(tmp_path):
             assert posted["task_queue_id"] == tq_id
             assert posted["job_id"] == workload.total_jobs + 1  # the sequence was moved past the load
             texts = conn.execute(
-                "SELECT DISTINCT requirements::text FROM jobs WHERE task_queue_id = %s", (tq_id,)
+                "SELECT DISTINCT s.requirements::text FROM jobs j JOIN job_specs s ON s.job_id = j.id"
+                " WHERE j.task_queue_id = %s",
+                (tq_id,),
             ).fetchall()
             assert len(texts) == 1  # loaded and submitted jobs store the very same JSON
             assert count(conn, "tq_jobs") == workload.total_jobs + 1 - 20
