@@ -12,8 +12,12 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
+# values json.dumps(default=str) would write as str() (dates, dataclasses) orjson writes so too
+_AS_JSON_DUMPS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 # attributes every LogRecord has; anything else was passed with `extra=` and is logged as a field
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
@@ -35,7 +39,11 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        try:
+            # a few times faster than json.dumps, and with the access log on every request logs a line
+            return orjson.dumps(entry, default=str, option=_AS_JSON_DUMPS).decode()
+        except TypeError:  # what orjson cannot encode (an integer beyond 64 bits): json can
+            return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 class TextFormatter(logging.Formatter):

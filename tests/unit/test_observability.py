@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+from datetime import UTC, datetime
 
 import pytest
 
@@ -84,3 +86,26 @@ def test_route_templates_keep_the_prefix_and_hide_ids():
     job = next(r for r in router.routes if r.path == "/jobs/{job_id}")
     assert _route_template({"path": "/api/v1/jobs/5", "route": job}) == "/api/v1/jobs/{job_id}"
     assert _route_template({"path": "/nowhere"}) == "unmatched"
+
+
+def test_json_lines_hold_what_json_dumps_would_have_written():
+    """Fields of any type: dates and dataclasses as their str(), non-string keys as strings,
+    integers beyond 64 bits too (through the standard library's encoder)."""
+
+    @dataclasses.dataclass
+    class Decision:
+        tq: int
+
+    fields = {
+        "when": datetime(2026, 3, 28, 12, 0, tzinfo=UTC),
+        "decision": Decision(7),
+        "counts": {1: 2},
+        "note": "é ✓",
+        "cpu": 1.5,
+        "huge": 2**70,
+    }
+    for huge in (2**70, 5):
+        fields["huge"] = huge
+        entry = json.loads(JsonFormatter().format(record("fields", **fields)))
+        expected = json.loads(json.dumps(fields, default=str, ensure_ascii=False))
+        assert {key: entry[key] for key in fields} == expected
