@@ -9,6 +9,7 @@ tests/unit/test_route_roles.py holds every route of the app to one or the other.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -65,6 +66,7 @@ async def _matching_context(request: Request) -> MatchingContext:
     return matching_context(request)
 
 
+@functools.lru_cache(maxsize=1024)  # parsing an address costs more than the rest of the check
 def _is_loopback(host: str | None) -> bool:
     try:
         return host is not None and ipaddress.ip_address(host).is_loopback
