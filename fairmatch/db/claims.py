@@ -6,8 +6,11 @@ random and the first one nobody else holds is locked (`FOR UPDATE SKIP
 LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
 over, never waited for). It is then removed from tq_jobs, marked Matched,
 its event and idempotency key recorded - all or nothing, committed before
-the answer leaves. It runs on the driver's own connection: SQLAlchemy's
-execution layer would cost as much as the database does here.
+the answer leaves. It writes the job's narrow state row only; the answer reads
+the requirements and payload from job_specs, which a claim never writes. It runs on the driver's own connection (fairmatch/db/raw.py),
+and the claims of concurrent requests of a process share a round trip and a
+commit (fairmatch/db/claim_batches.py). A claim checked against site limits
+runs in the request's own transaction instead, with the check.
 
 SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
 the database write lock, so no other claim can interleave; they run in the
@@ -23,22 +26,22 @@ tests/db/test_claim_contract.py runs the same cases against both and the simulat
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 from sqlalchemy import select
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.errors import translated
+from fairmatch.db.claim_batches import batches_of
 from fairmatch.db.limits import LimitDB
+from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
 from fairmatch.db.tables import jobs, match_requests, tq_jobs
-from fairmatch.errors import DatabaseError, DuplicateRequest, UniqueViolation
+from fairmatch.errors import DuplicateRequest, UniqueViolation
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Refused
 
@@ -65,7 +68,8 @@ _NAMED_CANDIDATE = """
         WHERE tq_id = %(tq_id)s AND job_id = %(job_id)s"""
 
 # Text with fixed placeholders; every value is bound. The probes at the end read
-# the queue as it was before this statement's own delete.
+# the queue as it was before this statement's own delete, each only when its answer
+# is needed (an uncorrelated subquery runs when first reached).
 _CLAIM_SQL = """
 WITH picked AS MATERIALIZED (
     SELECT t.job_id
@@ -101,23 +105,21 @@ WITH picked AS MATERIALIZED (
     SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s FROM matched
     WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
 )
-SELECT matched.*,
-       EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s) AS site_limited,
-       EXISTS (SELECT 1 FROM tq_jobs
-               WHERE tq_id = %(tq_id)s AND real_priority = CAST(%(level)s AS float8)) AS level_left,
-       (SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = %(tq_id)s LIMIT 2) AS s) AS jobs_before
-FROM (SELECT 1) AS one LEFT JOIN matched ON true
+SELECT matched.*, spec.requirements, spec.payload,
+       CASE WHEN matched.id IS NULL THEN
+           EXISTS (SELECT 1 FROM site_limits WHERE site = %(site)s) END AS site_limited,
+       CASE WHEN matched.id IS NULL THEN
+           EXISTS (SELECT 1 FROM tq_jobs
+                   WHERE tq_id = %(tq_id)s AND real_priority = CAST(%(level)s AS float8)) END AS level_left,
+       CASE WHEN matched.id IS NOT NULL THEN
+           (SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = %(tq_id)s LIMIT 2) AS s) END AS jobs_before
+FROM (SELECT 1) AS one
+LEFT JOIN matched ON true
+LEFT JOIN job_specs AS spec ON spec.job_id = matched.id
 """
 
 CLAIM_LEVEL = _CLAIM_SQL.format(candidates=_LEVEL_CANDIDATES)
 CLAIM_NAMED = _CLAIM_SQL.format(candidates=_NAMED_CANDIDATE)
-
-
-class _Row:
-    """Attribute access to a result row by column name."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
 
 
 class ClaimDB(AreaDB):
@@ -129,12 +131,20 @@ class ClaimDB(AreaDB):
 
     claimant: Claimant
     rng: random.Random
+    on_batch: Callable[[int], None] | None = None
 
     @classmethod
-    def claiming(cls, conn: AsyncConnection, claimant: Claimant, rng: random.Random) -> ClaimDB:
-        """The claim port of this connection's backend, for one claimant."""
+    def claiming(
+        cls,
+        conn: AsyncConnection,
+        claimant: Claimant,
+        rng: random.Random,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> ClaimDB:
+        """The claim port of this connection's backend, for one claimant. `on_batch` hears
+        how many claims each shared round trip carried (PostgreSQL)."""
         claims = cls.of(conn)
-        claims.claimant, claims.rng = claimant, rng
+        claims.claimant, claims.rng, claims.on_batch = claimant, rng, on_batch
         return claims
 
     async def claim(self, target: ClaimTarget) -> Outcome:
@@ -197,7 +207,8 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        return _outcome(await _execute(self.conn, _statement(target), params))
+        row = await batches_of(self.conn.engine).claim(self.conn, _statement(target), params, self.on_batch)
+        return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
         return _outcome((await self.conn.exec_driver_sql(_statement(target), params)).one())
@@ -216,7 +227,7 @@ class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
         named = target.job_id is not None
         draw = self.rng.random()
         row = await claim_in_thread(self.conn, params, named=named, draw=draw, own_transaction=own_transaction)
-        return _outcome(_Row(row))
+        return _outcome(Row(row))
 
 
 def _statement(target: ClaimTarget) -> str:
@@ -227,38 +238,3 @@ def _outcome(row: Any) -> Claimed | Missed:
     if row.id is None:
         return Missed(level_empty=not row.level_left, site_limited=row.site_limited)
     return Claimed(job=row, tq_now_empty=row.jobs_before <= 1)
-
-
-async def _execute(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> _Row:
-    """Run the statement on the driver's own connection, as its own transaction.
-
-    Driver errors become fairmatch's, as the engine's do (outages answer 503 as
-    elsewhere), and a broken connection is dropped from the pool.
-    """
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert raw is not None, "a checked-out connection has its driver's"
-    try:
-        # one statement is its own transaction: in autocommit mode, no BEGIN and
-        # COMMIT round trips around it
-        await raw.set_autocommit(True)
-        try:
-            cursor = await raw.execute(sql, params)
-            row = await cursor.fetchone()
-        finally:
-            if not raw.closed:
-                await raw.set_autocommit(False)
-    except psycopg.Error as exc:
-        broken = raw.broken or raw.closed
-        if broken:
-            await conn.invalidate()
-        wrapped = DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken)
-        raise (translated(wrapped) or DatabaseError(str(exc))) from exc
-    names = _COLUMNS.get(sql)
-    if names is None or len(names) != len(row):  # first run, or the table gained columns
-        names = _COLUMNS[sql] = [c.name for c in cursor.description]
-    return _Row(dict(zip(names, row)))
-
-
-# the answer's column names per statement: reading them from each result costs more
-# than the rest of the row's decoding
-_COLUMNS: dict[str, list[str]] = {}

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.db.errors import translated
 from fairmatch.db.sqlite_driver import OneTripConnection
-from fairmatch.db.tables import jobs
+from fairmatch.db.tables import job_specs, jobs
 from fairmatch.errors import DatabaseError
 
 SITE_LIMITED = "SELECT EXISTS (SELECT 1 FROM site_limits WHERE site = :site)"
@@ -49,14 +49,16 @@ MATCH = """
         task_queue_id = :tq_id
     WHERE id = :job_id AND status = 'Waiting'
     RETURNING *"""
+SPEC = "SELECT requirements, payload FROM job_specs WHERE job_id = :job_id"
 EVENT = "INSERT INTO job_events (job_id, status, at, source) VALUES (:job_id, 'Matched', :now, 'match')"
 REQUEST = """
     INSERT INTO match_requests (requester, request_id, job_id, created_at)
     VALUES (:requester, :request_id, :job_id, :now)"""
 
 
-# what the thread answers, as the PostgreSQL statement does: the jobs row's columns (`id`
-# None when nothing was claimed) and the probes site_limited, level_left, jobs_before
+# what the thread answers, as the PostgreSQL statement does: the jobs row's columns with its
+# spec's requirements and payload (`id` None when nothing was claimed), and the probes
+# site_limited, level_left, jobs_before
 Outcome = dict[str, Any]
 
 
@@ -80,6 +82,7 @@ def _steps(db: sqlite3.Connection, params: dict[str, Any], named: bool, draw: fl
     if values is None:
         return _missed()  # no longer Waiting: its stale queue entry is gone with the claim
     row = dict(zip((d[0] for d in cursor.description), values))
+    row["requirements"], row["payload"] = db.execute(SPEC, mine).fetchone()
     db.execute(EVENT, mine)
     if params["request_id"] is not None:
         db.execute(REQUEST, mine)
@@ -107,7 +110,10 @@ class Codec:
     def __init__(self, dialect: Dialect) -> None:
         stamp = jobs.c.matched_at.type.dialect_impl(dialect)
         self._stamp: Callable[[datetime], Any] = stamp.bind_processor(dialect) or (lambda value: value)
-        self._columns = {c.name: c.type.dialect_impl(dialect).result_processor(dialect, None) for c in jobs.columns}
+        self._columns = {
+            c.name: c.type.dialect_impl(dialect).result_processor(dialect, None)
+            for c in (*jobs.columns, *job_specs.columns)
+        }
 
     def bind(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**params, "now": self._stamp(params["now"]), "lease_until": self._stamp(params["lease_until"])}

@@ -1,0 +1,141 @@
+"""Claims of one process sharing a round trip (PostgreSQL): each request still gets its
+own job or its own miss, a duplicate request id fails alone, an outage fails them all."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from fairmatch.db.claim_batches import batches_of
+from fairmatch.db.claims import CLAIM_LEVEL, Claimant, ClaimDB
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.tables import job_events, tq_jobs
+from fairmatch.errors import DatabaseUnavailable, DuplicateRequest, ValueRefused
+from fairmatch.jobs.models import JobSpec
+from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
+from fairmatch.services import submission
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("template", ["postgresql"], indirect=True)]
+
+
+async def _queue(engine: Any, settings: Any, jobs: int) -> int:
+    specs = [JobSpec(owner="alice", owner_group="lhcb_user", priority_class=0, user_priority=1) for _ in range(jobs)]
+    async with engine.connect() as conn:
+        [tq_id] = {row["task_queue_id"] for row in await submission.submit(conn, specs, settings)}
+    return tq_id
+
+
+async def _claim_at_once(engine: Any, targets: list[ClaimTarget], request_ids: list[str | None]) -> tuple[list, list]:
+    """One claim per target, all started in the same instant (as many requests of one process);
+    the outcomes (or errors) and the sizes of the batches that carried them."""
+    sizes: list[int] = []
+    async with engine.connect() as conn:
+        claims = [
+            ClaimDB.claiming(
+                conn,
+                Claimant("LCG.CERN.cern", None, "pilot", request_id, lease_seconds=600),
+                random.Random(seed),
+                sizes.append,
+            )
+            for seed, request_id in enumerate(request_ids)
+        ]
+        outcomes = await asyncio.gather(*(c.claim(t) for c, t in zip(claims, targets)), return_exceptions=True)
+    return list(outcomes), sizes
+
+
+async def _waiting(engine: Any, tq_id: int) -> int:
+    async with engine.connect() as conn, read_transaction(conn):
+        return (await conn.execute(select(func.count()).where(tq_jobs.c.tq_id == tq_id))).scalar_one()
+
+
+async def test_concurrent_claims_share_round_trips_and_each_takes_its_own_job(engine, settings):
+    tq_id = await _queue(engine, settings, 30)
+    outcomes, sizes = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 20, [None] * 20)
+    claimed = [o for o in outcomes if isinstance(o, Claimed)]
+    assert len(claimed) + sum(isinstance(o, Missed) for o in outcomes) == 20
+    assert len({o.job.id for o in claimed}) == len(claimed) >= 10  # never one job twice
+    assert sum(sizes) == 20 and max(sizes) > 1
+    assert await _waiting(engine, tq_id) == 30 - len(claimed)
+    async with engine.connect() as conn, read_transaction(conn):
+        events = (await conn.execute(select(func.count()).where(job_events.c.status == "Matched"))).scalar_one()
+    assert events == len(claimed)
+
+
+async def test_a_claim_alone_is_sent_alone(engine, settings):
+    tq_id = await _queue(engine, settings, 2)
+    for _ in range(2):
+        outcomes, sizes = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)], [None])
+        assert isinstance(outcomes[0], Claimed) and sizes == [1]
+
+
+async def test_a_batch_takes_the_last_jobs_once_and_misses_the_rest(engine, settings):
+    tq_id = await _queue(engine, settings, 3)
+    outcomes, _ = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 8, [None] * 8)
+    claimed = [o for o in outcomes if isinstance(o, Claimed)]
+    assert len({o.job.id for o in claimed}) == len(claimed) == 3
+    assert [o for o in outcomes if not isinstance(o, Claimed)] == [Missed(level_empty=True)] * 5
+    assert sum(o.tq_now_empty for o in claimed) == 1
+
+
+async def test_a_request_id_claimed_twice_in_one_batch_fails_alone(engine, settings):
+    tq_id = await _queue(engine, settings, 10)
+    request_ids = ["r-1", "r-2", "r-1", "r-3", "r-1"]
+    outcomes, sizes = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 5, request_ids)
+    assert max(sizes) > 1
+    by_id: dict[str, list] = {}
+    for request_id, outcome in zip(request_ids, outcomes):
+        by_id.setdefault(request_id, []).append(outcome)
+    assert [type(o) for o in by_id["r-2"] + by_id["r-3"]] == [Claimed, Claimed]
+    assert sorted(type(o).__name__ for o in by_id["r-1"]) == ["Claimed", "DuplicateRequest", "DuplicateRequest"]
+    assert all(isinstance(o, DuplicateRequest | Claimed) for o in outcomes)
+    assert await _waiting(engine, tq_id) == 10 - 3  # the duplicates' claims were undone
+
+
+async def test_a_failing_statement_fails_its_whole_batch_and_takes_nothing(engine, settings):
+    tq_id = await _queue(engine, settings, 5)
+    batches = batches_of(engine)
+    params = _claim_params(tq_id)
+    async with engine.connect() as conn:
+        outcomes = await asyncio.gather(
+            batches.claim(conn, CLAIM_LEVEL, params),  # sent at once, alone
+            batches.claim(conn, CLAIM_LEVEL, params),  # these three together, after it
+            batches.claim(conn, "SELECT 1 / 0", {}),
+            batches.claim(conn, CLAIM_LEVEL, params),
+            return_exceptions=True,
+        )
+    assert outcomes[0].id is not None
+    assert [type(o) for o in outcomes[1:]] == [ValueRefused] * 3
+    assert await _waiting(engine, tq_id) == 4  # the batch's claims were undone with it
+
+
+async def test_a_broken_connection_fails_its_batch_and_the_next_goes_on(engine, settings):
+    tq_id = await _queue(engine, settings, 5)
+    batches = batches_of(engine)
+    async with engine.connect() as conn:
+        backend = (await conn.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
+        await conn.commit()
+        async with engine.connect() as other:
+            await other.exec_driver_sql(f"SELECT pg_terminate_backend({backend})")
+            await other.commit()
+        params = _claim_params(tq_id)
+        outcomes = await asyncio.gather(
+            *(batches.claim(conn, CLAIM_LEVEL, params) for _ in range(3)), return_exceptions=True
+        )
+    assert isinstance(outcomes[0], DatabaseUnavailable)  # sent alone on the dead connection
+    assert all(o.id is not None for o in outcomes[1:])  # the next batch, on the connection renewed
+    assert not batches._in_flight and not batches._waiting  # nothing left waiting for a lead
+    assert await _waiting(engine, tq_id) == 3
+
+
+def _claim_params(tq_id: int) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {
+        "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
+        "pilot_reference": None, "requester": "pilot", "request_id": None, "now": now,
+        "lease_until": now + timedelta(seconds=600), "guarded": False,
+    }  # fmt: skip
