@@ -38,6 +38,12 @@ CLAIM_CONFLICTS = Counter(
     "fairmatch_claim_conflicts",
     "Claims that found their job taken by another matcher (or the queue empty) and tried again.",
 )
+CLAIM_BATCH_SIZE = Histogram(
+    "fairmatch_claim_batch_size",
+    "Claims sent to PostgreSQL in one round trip and transaction: the claims of concurrent "
+    "/match requests of a process that waited while the previous batch ran.",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+)
 SITE_LIMIT_EXCLUSIONS = Counter(
     "fairmatch_site_limit_exclusions",
     "Task queues kept from a match by a site limit, by rule (running_limit, matching_delay).",

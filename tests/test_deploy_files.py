@@ -39,6 +39,7 @@ SERVICES = {"postgres", "migrate", *MATCHERS, "loadbalancer", "prometheus", "gra
 CONTRACT = {
     "fairmatch_match_requests": "counter",
     "fairmatch_claim_conflicts": "counter",
+    "fairmatch_claim_batch_size": "histogram",
     "fairmatch_submitted_jobs": "counter",
     "fairmatch_site_limit_exclusions": "counter",
     "fairmatch_http_requests": "counter",

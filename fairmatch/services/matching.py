@@ -24,6 +24,7 @@ from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.metrics import (
+    CLAIM_BATCH_SIZE,
     CLAIM_CONFLICTS,
     MATCH_DURATION,
     MATCH_REQUESTS,
@@ -121,7 +122,9 @@ async def _match(
     )
     try:
         claimed = await run_matcher(
-            matcher, ClaimDB.claiming(conn, claimant, rng), _Surroundings(conn, keeper, query.site)
+            matcher,
+            ClaimDB.claiming(conn, claimant, rng, on_batch=CLAIM_BATCH_SIZE.observe),
+            _Surroundings(conn, keeper, query.site),
         )
     except DuplicateRequest:  # the same request id, claimed concurrently: answer with that job
         if resource.request_id is None:
