@@ -40,7 +40,7 @@ from fairmatch.db.claim_batches import batches_of
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
-from fairmatch.db.tables import jobs, match_requests, tq_jobs
+from fairmatch.db.tables import job_specs, jobs, match_requests, tq_jobs
 from fairmatch.errors import DuplicateRequest, UniqueViolation
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Refused
@@ -189,10 +189,11 @@ class ClaimDB(AreaDB):
         raise NotImplementedError
 
     async def previous_match(self, requester: str, request_id: str) -> Any | None:
-        """The jobs row a request id of this requester already claimed, if any."""
+        """The job (state and spec) a request id of this requester already claimed, if any."""
         stmt = (
-            select(jobs)
+            select(jobs, job_specs.c.requirements, job_specs.c.payload)
             .join(match_requests, match_requests.c.job_id == jobs.c.id)
+            .join(job_specs, job_specs.c.job_id == jobs.c.id)
             .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)
         )
         return (await self.conn.execute(stmt)).first()

@@ -145,10 +145,13 @@ class RequestConnections:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
-        try:
-            await asyncio.wait_for(self._slots.acquire(), POOL_TIMEOUT_SECONDS)
-        except TimeoutError:
-            raise DatabaseUnavailable(f"no database connection free within {POOL_TIMEOUT_SECONDS} s") from None
+        if self._slots.locked():  # others wait or none is free: queue, with a timeout
+            try:
+                await asyncio.wait_for(self._slots.acquire(), POOL_TIMEOUT_SECONDS)
+            except TimeoutError:
+                raise DatabaseUnavailable(f"no database connection free within {POOL_TIMEOUT_SECONDS} s") from None
+        else:  # a free slot is taken at once, without the task wait_for would start
+            await self._slots.acquire()
         try:
             async with self.engine.connect() as conn:
                 yield conn

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 from typing import Any
 
+from prometheus_client import Counter
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
@@ -67,8 +69,14 @@ async def match(
         job, result = await _match(conn, resource, settings, rng, requester, keeper)
         return job
     finally:
-        MATCH_REQUESTS.labels(result).inc()
+        _match_requests(result).inc()
         MATCH_DURATION.observe(time.perf_counter() - started)
+
+
+@functools.cache
+def _match_requests(result: str) -> Counter:
+    """The series of one result, looked up once: `labels()` checks and locks on every call."""
+    return MATCH_REQUESTS.labels(result)
 
 
 class _Surroundings:

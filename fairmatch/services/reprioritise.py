@@ -41,9 +41,9 @@ async def change_priority(
     """Store a new user priority and/or priority class, moving a Waiting job to its new TQ.
 
     `check_class(current_class)` runs under the row lock and raises when the
-    caller may not make this change (a user raising the class). The job's
-    requirements are updated too, so a later reschedule queues it in the
-    right TQ. Final jobs are a 409.
+    caller may not make this change (a user raising the class). The spec keeps
+    the submitted requirements; a later reschedule queues the job with the class
+    it has now. Final jobs are a 409.
     """
     now = utcnow()
     for _ in range(PRIORITY_CHANGE_ATTEMPTS):
@@ -91,11 +91,7 @@ async def _change_priority_locked(
     new_class = job.priority_class if change.priority_class is None else change.priority_class
     new_user_priority = job.user_priority if change.user_priority is None else change.user_priority
     reqs = dataclasses.replace(Requirements.from_json(job.requirements), priority_class=new_class)
-    values: dict[str, Any] = {
-        "priority_class": new_class,
-        "user_priority": new_user_priority,
-        "requirements": reqs.to_json(),
-    }
+    values: dict[str, Any] = {"priority_class": new_class, "user_priority": new_user_priority}
     left_tq = None
     if queued_in is not None:
         found, _ = await TaskQueueDB.of(conn).find_or_create([reqs], now)
