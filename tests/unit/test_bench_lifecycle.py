@@ -268,7 +268,7 @@ def test_the_report_has_the_lifecycle_tables():
     assert "Autovacuum/autoanalyze runs during each run: 8 pilots: none; 64 pilots: task_queues 1/2." in report
     assert "| lhcb_mc | 150 | 75.0 | 50.0 | 400 (100.0 %) | 1,000 (100.0 %) |" in report
     assert "| lhcb_data | 50 | 25.0 | 50.0 | 0 (0.0 %) | 0 (0.0 %) |" in report
-    assert "| whole lives at 64 pilots ≥ 250 jobs/s | 50/s | **no** |" in report
+    assert "| whole lives at 64 pilots ≥ 500 jobs/s | 50/s | **no** |" in report
     assert "| no sampled backend waits on a lock of an accounting table | 10 in 40 samples | **no** |" in report
 
 
