@@ -138,19 +138,19 @@ jobs = Table(
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
+
+def _keyed_by_job() -> Column[int]:
+    """The key of a table with one row per job, deleted with the job."""
+    return Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False)
+
+
 # What a job was submitted with, written once and never updated: the normalised
 # requirements (enough to find the job's TQ again on reschedule, with the job's
 # current priority class) and the payload handed to its pilot.
 job_specs = Table(
     "job_specs",
     metadata,
-    Column(
-        "job_id",
-        Id,
-        ForeignKey("jobs.id", ondelete="CASCADE"),
-        primary_key=True,
-        autoincrement=False,
-    ),
+    _keyed_by_job(),
     Column("requirements", JSON, nullable=False),
     Column("payload", JSON),
 )
@@ -160,13 +160,7 @@ job_specs = Table(
 tq_jobs = Table(
     "tq_jobs",
     metadata,
-    Column(
-        "job_id",
-        Id,
-        ForeignKey("jobs.id", ondelete="CASCADE"),
-        primary_key=True,
-        autoincrement=False,
-    ),
+    _keyed_by_job(),
     # No cascade: a TQ is only deleted once empty, and the foreign key makes
     # a racing delete fail instead of silently dropping a waiting job.
     Column("tq_id", Id, ForeignKey("task_queues.id"), nullable=False),
