@@ -96,6 +96,17 @@ async def test_a_request_id_claimed_twice_in_one_batch_fails_alone(engine, setti
     assert await _waiting(engine, tq_id) == 10 - 3  # the duplicates' claims were undone
 
 
+async def test_claims_go_on_after_failed_batches_on_the_same_connection(engine, settings):
+    """A failed pipeline must not leave the driver believing in statements the server never
+    prepared: the claims after it, alone or batched, still run."""
+    tq_id = await _queue(engine, settings, 40)
+    for attempt in range(8):
+        request_ids = [f"a{attempt}", f"a{attempt}", f"b{attempt}", f"c{attempt}"]
+        outcomes, _ = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 4, request_ids)
+        assert sorted(type(o).__name__ for o in outcomes) == ["Claimed"] * 3 + ["DuplicateRequest"]
+    assert await _waiting(engine, tq_id) == 40 - 24
+
+
 async def test_a_failing_statement_fails_its_whole_batch_and_takes_nothing(engine, settings):
     tq_id = await _queue(engine, settings, 5)
     batches = batches_of(engine)

@@ -103,7 +103,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits(database, clean, tmp_p
         log.close()
     output = (tmp_path / "serve.log").read_text()
     # the signal came while the batch was in flight, and it was answered before the exit
-    answered = output.index('"message": "POST /api/v1/jobs 201"')  # the service's JSON access line
+    answered = output.index('"message":"POST /api/v1/jobs 201"')  # the service's JSON access line
     assert output.index("Shutting down") < answered < output.index("Application shutdown complete")
     assert "Traceback" not in output
     status_line, _, rest = answer.partition(b"\r\n")
