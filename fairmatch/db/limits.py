@@ -20,7 +20,7 @@ from sqlalchemy import TextClause, bindparam, delete, func, insert, select, text
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.change_signal import mark_changed
-from fairmatch.db.tables import jobs, site_limit_matches, site_limits, status_in
+from fairmatch.db.tables import jobs, site_limit_matches, site_limits, status_in, written_out
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
 from fairmatch.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimits
 
@@ -29,24 +29,25 @@ SITE_LOCK_NAMESPACE = 7_100_010  # with hashtext(site): one advisory lock per si
 # Jobs holding a slot, worded as the partial index on (site) words its predicate: whatever
 # the plan, the index serves these counts.
 _HOLDING = status_in(HOLDING_A_SLOT)
+_HOLDING_STATUSES = written_out("holding", sorted(s.value for s in HOLDING_A_SLOT))
 
 # A job's types are in its spec (a JSON list), read for the jobs holding a slot only.
 _JOB_TYPE_COUNTS_PG = text(
-    f"""
+    """
     SELECT jt.value, count(*)
     FROM jobs JOIN job_specs ON job_specs.job_id = jobs.id CROSS JOIN LATERAL
          jsonb_array_elements_text(CAST(job_specs.requirements AS jsonb) -> 'job_types') AS jt(value)
-    WHERE jobs.site = :site AND jobs.{_HOLDING} AND jt.value IN :values
+    WHERE jobs.site = :site AND jobs.status IN :holding AND jt.value IN :values
     GROUP BY jt.value"""
-).bindparams(bindparam("values", expanding=True))
+).bindparams(bindparam("values", expanding=True), _HOLDING_STATUSES)
 
 _JOB_TYPE_COUNTS_SQLITE = text(
-    f"""
+    """
     SELECT jt.value, count(*)
     FROM jobs JOIN job_specs ON job_specs.job_id = jobs.id, json_each(job_specs.requirements, '$.job_types') AS jt
-    WHERE jobs.site = :site AND jobs.{_HOLDING} AND jt.value IN :values
+    WHERE jobs.site = :site AND jobs.status IN :holding AND jt.value IN :values
     GROUP BY jt.value"""
-).bindparams(bindparam("values", expanding=True))
+).bindparams(bindparam("values", expanding=True), _HOLDING_STATUSES)
 
 _LOCK_SITE = text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:site))")
 

@@ -9,6 +9,7 @@ PostgreSQL): matching keeps a copy of the rows and tests them in memory.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -24,11 +25,13 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    TextClause,
     UniqueConstraint,
+    bindparam,
+    column,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT, JobStatus
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
@@ -78,10 +81,17 @@ task_queues = Table(
 )
 
 
-def status_in(statuses: Iterable[JobStatus]) -> TextClause:
-    """`status IN (...)` with the statuses written out: an index predicate, and the same
-    condition in a query, which the planner then sees implies it whatever the parameters."""
-    return text(f"status IN ({', '.join(repr(s.value) for s in sorted(statuses))})")
+def status_in(statuses: Iterable[JobStatus]) -> ColumnElement[bool]:
+    """`status IN (...)` with the statuses written into the statement, not bound: an index
+    predicate, and the same condition in a query, which the planner then sees implies it
+    whatever the plan."""
+    values = sorted(s.value for s in statuses)
+    return column("status").in_(written_out("_".join(["status", *values]).lower(), values))
+
+
+def written_out(name: str, values: list[str]) -> BindParameter[Any]:
+    """A list of fixed values (never input) rendered into the statement when it runs."""
+    return bindparam(name, values, expanding=True, literal_execute=True)
 
 
 _MATCHED = status_in({JobStatus.Matched})
