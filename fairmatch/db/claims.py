@@ -180,9 +180,8 @@ class ClaimDB(AreaDB):
             raise DuplicateRequest(f"request_id {who.request_id!r} was claimed by another request") from exc
 
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        """A claim without limits, as its own transaction."""
-        async with self.conn.begin():
-            return await self._claim_step(target, params)
+        """A claim without limits, as its own transaction (PostgreSQL: in the process's next batch)."""
+        raise NotImplementedError
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
         """The claim's statements, inside the transaction open on the connection."""
