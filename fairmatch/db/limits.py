@@ -148,7 +148,8 @@ class LimitDB(AreaDB):
     async def create_missing(self, limits: Sequence[Limit]) -> None:
         """Insert the limits the database lacks; those it holds keep their (API-edited) values."""
         await self.conn.execute(
-            self.insert_ignoring_conflicts(site_limits, "site", "attribute", "value"), [_row(lim) for lim in limits]
+            self.insert_ignoring_conflicts(site_limits, "site", "grid_ce", "attribute", "value"),
+            [_row(lim) for lim in limits],
         )
 
     async def admit(
@@ -188,7 +189,7 @@ class LimitDB(AreaDB):
             self.insert_module.insert(m)
             .values(site=limit.site, attribute=limit.attribute.value, value=limit.value, last_match_at=now)
             .on_conflict_do_update(
-                index_elements=["site", "attribute", "value"],
+                index_elements=["site", "grid_ce", "attribute", "value"],
                 set_={"last_match_at": now},
                 where=m.c.last_match_at <= now - timedelta(seconds=limit.matching_delay or 0),
             )

@@ -63,6 +63,10 @@ task_queues = Table(
     Column("cpu_time", BigInteger, nullable=False),
     Column("priority_class", Integer, nullable=False),
     Column("job_class", String(NAME)),
+    # the memory range the queue's jobs need, in MB (0: none); a resource's MaxRAM
+    # must reach min_ram_mb, and the pilot holds the payload to max_ram_mb
+    Column("min_ram_mb", Integer, nullable=False, server_default="0"),
+    Column("max_ram_mb", Integer, nullable=False, server_default="0"),
     Column("priority", Float, nullable=False),
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),
@@ -96,6 +100,7 @@ def written_out(name: str, values: list[str]) -> BindParameter[Any]:
 
 _MATCHED = status_in({JobStatus.Matched})
 _HOLDING_A_SLOT = status_in(HOLDING_A_SLOT)
+_WITH_PILOT = column("pilot_reference").isnot(None)
 
 # What a job's state changes write: a few dozen bytes. A claim or a status report
 # rewrites the row, so what is written once (the requirements and the payload)
@@ -127,6 +132,8 @@ jobs = Table(
     Column("heartbeat_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     Column("pilot_reference", String(NAME)),
+    # the computing element the job was matched through (limits per CE count it)
+    Column("grid_ce", String(NAME)),
     # the authenticated pilot that claimed it: only that pilot may report its status
     Column("matched_by", String(NAME)),
     Column("site", String(NAME)),
@@ -142,8 +149,10 @@ jobs = Table(
     # the query looks at, so most state changes write neither.
     # the lease sweep looks for Matched jobs whose lease ran out
     Index("ix_jobs_matched_lease", "lease_expires_at", postgresql_where=_MATCHED, sqlite_where=_MATCHED),
-    # site limits count the jobs holding a slot at one site
-    Index("ix_jobs_holding_site", "site", postgresql_where=_HOLDING_A_SLOT, sqlite_where=_HOLDING_A_SLOT),
+    # site limits count the jobs holding a slot at one site, or at one CE of it
+    Index("ix_jobs_holding_site", "site", "grid_ce", postgresql_where=_HOLDING_A_SLOT, sqlite_where=_HOLDING_A_SLOT),
+    # the jobs a pilot took
+    Index("ix_jobs_pilot_reference", "pilot_reference", postgresql_where=_WITH_PILOT, sqlite_where=_WITH_PILOT),
     postgresql_with={"fillfactor": 90},
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
@@ -317,11 +326,14 @@ usage_charges = Table(
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
-# Site limits (DIRAC Limiter): one row per site × attribute × value.
+# Site limits (DIRAC Limiter): one row per site × CE × attribute × value; grid_ce ''
+# for a limit on the whole site (DIRAC's RunningLimit/<site>), else one CE's
+# (RunningLimit/<site>/CEs/<CE>).
 site_limits = Table(
     "site_limits",
     metadata,
     Column("site", String(NAME), primary_key=True),
+    Column("grid_ce", String(NAME), primary_key=True, server_default=""),
     Column("attribute", String(16), primary_key=True),  # job_type, owner_group, owner
     Column("value", String(NAME), primary_key=True),
     Column("running_limit", Integer),  # at most this many Matched + Running
@@ -334,9 +346,41 @@ site_limit_matches = Table(
     "site_limit_matches",
     metadata,
     Column("site", String(NAME), primary_key=True),
+    Column("grid_ce", String(NAME), primary_key=True, server_default=""),
     Column("attribute", String(16), primary_key=True),
     Column("value", String(NAME), primary_key=True),
     Column("last_match_at", DateTime(timezone=True), nullable=False),
+)
+
+# The site mask (DIRAC's banned sites): a pilot at a site listed here is matched
+# only the jobs meant to test a site (matching.masked_site_job_types).
+site_mask = Table(
+    "site_mask",
+    metadata,
+    Column("site", String(NAME), primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("banned_at", DateTime(timezone=True), nullable=False),
+    Column("banned_by", String(NAME), nullable=False),
+)
+
+# Every pilot that asked for a job by its reference (DIRAC's PilotAgentsDB): where
+# it runs, what it took and how often it was sent away empty. `requester` is the
+# identity it authenticated as, whose pilots it may read.
+pilots = Table(
+    "pilots",
+    metadata,
+    Column("reference", String(NAME), primary_key=True),
+    Column("requester", String(NAME), nullable=False),
+    Column("site", String(NAME), nullable=False),
+    Column("grid_ce", String(NAME)),
+    Column("benchmark", Float),
+    Column("first_seen", DateTime(timezone=True), nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
+    Column("matches", Integer, nullable=False, server_default="0"),
+    Column("empty_matches", Integer, nullable=False, server_default="0"),
+    Column("current_job_id", Id),
+    # the listing: newest first, paginated
+    Index("ix_pilots_first_seen", "first_seen", "reference"),
 )
 
 # Written by the service's background work on its own schedule, never by a request.
