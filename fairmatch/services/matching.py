@@ -51,6 +51,12 @@ def _answer(row: Any, tq_id: int) -> dict[str, Any]:
     return answer
 
 
+def _pilot_ce(resource: ResourceDescription) -> str | None:
+    """The CE a pilot runs behind: the one GridCE it names (none when it names several)."""
+    ces = [resource.grid_ce] if isinstance(resource.grid_ce, str) else list(resource.grid_ce or ())
+    return ces[0] if len(ces) == 1 else None
+
+
 async def match(
     conn: AsyncConnection,
     resource: ResourceDescription,
@@ -124,6 +130,7 @@ async def _match(
     claimant = Claimant(
         site=resource.site,
         pilot_reference=resource.pilot_reference,
+        grid_ce=_pilot_ce(resource),
         requester=requester,
         request_id=resource.request_id,
         lease_seconds=settings.jobs.matched_lease_seconds,

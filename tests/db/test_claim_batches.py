@@ -38,7 +38,7 @@ async def _claim_at_once(engine: Any, targets: list[ClaimTarget], request_ids: l
         claims = [
             ClaimDB.claiming(
                 conn,
-                Claimant("LCG.CERN.cern", None, "pilot", request_id, lease_seconds=600),
+                Claimant("LCG.CERN.cern", None, None, "pilot", request_id, lease_seconds=600),
                 random.Random(seed),
                 sizes.append,
             )
