@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
 from fairmatch.api.deps import Admin, Connection, Operators
 from fairmatch.fields import Int, Name
-from fairmatch.limits.rules import DIRAC_NAMES, Attribute, Limit
+from fairmatch.limits.rules import DIRAC_NAMES, WHOLE_SITE, Attribute, Limit
 from fairmatch.services import limits as limit_service
 
 router = APIRouter(prefix="/limits", tags=["limits"])
@@ -26,21 +26,26 @@ def _attribute_name(value: Any) -> Any:
 
 
 class LimitSpec(BaseModel):
-    """One limit: at a site, for one value of a job attribute."""
+    """One limit: at a site, or at one CE of it, for one value of a job attribute."""
 
     model_config = ConfigDict(extra="forbid")
 
     site: Name
+    grid_ce: Name | Literal[""] = Field(
+        WHOLE_SITE,
+        description="A CE of the site: the limit then counts and limits only the jobs matched through it "
+        "(DIRAC's RunningLimit/<site>/CEs/<CE>). '' or absent: the whole site.",
+    )
     attribute: Annotated[Attribute, BeforeValidator(_attribute_name)] = Field(
         description="job_type, owner_group or owner (DIRAC's JobType, OwnerGroup, Owner are accepted)."
     )
     value: Name
     running_limit: Int | None = Field(
-        None, ge=0, le=MAX_RUNNING_LIMIT, description="At most this many jobs Matched + Running at the site."
+        None, ge=0, le=MAX_RUNNING_LIMIT, description="At most this many jobs Matched + Running at the site (or through the CE)."
     )
     matching_delay: Annotated[float, Strict(False)] | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False,
-        description="At least this many seconds between two matches at the site.",
+        description="At least this many seconds between two matches at the site (or through the CE).",
     )  # fmt: skip
 
     @model_validator(mode="after")
@@ -57,22 +62,23 @@ class LimitSet(BaseModel):
 
     @model_validator(mode="after")
     def _one_per_key(self) -> LimitSet:
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[tuple[str, str, str, str]] = set()
         for spec in self.limits:
-            key = (spec.site, spec.attribute.value, spec.value)
+            key = (spec.site, spec.grid_ce, spec.attribute.value, spec.value)
             if key in seen:
-                raise ValueError(f"limit {'/'.join(key)} is given twice")
+                raise ValueError(f"limit {'/'.join(part for part in key if part)} is given twice")
             seen.add(key)
         return self
 
 
 class LimitView(BaseModel):
     site: str
+    grid_ce: str = Field(description="The CE whose jobs the limit counts; '' for the whole site.")
     attribute: Attribute
     value: str
     running_limit: int | None
     matching_delay: float | None
-    running: int = Field(description="Jobs of this value Matched or Running at the site now.")
+    running: int = Field(description="Jobs of this value Matched or Running at the site (or through the CE) now.")
     last_match_at: datetime | None = Field(description="When a job of this value was last matched there.")
 
 
@@ -91,9 +97,9 @@ async def list_limits(caller: Operators, conn: Connection) -> dict:
 
 @router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
 async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
-    limits = [
-        Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay)
-        for s in sorted(body.limits, key=lambda s: (s.site, s.attribute.value, s.value))
-    ]
+    limits = sorted(
+        (Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay, s.grid_ce) for s in body.limits),
+        key=lambda limit: limit.key,
+    )
     await limit_service.replace_limits(conn, limits)
     return await _current(conn)

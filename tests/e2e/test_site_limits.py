@@ -149,7 +149,7 @@ def test_explain_names_the_limit_that_excludes_a_task_queue(client):
     excluded = by_type["MCSimulation"]
     assert excluded["probability"] == 0
     assert excluded["excluded_by"] == [
-        {"rule": "running_limit", "site": SITE_A, "attribute": "job_type", "value": "MCSimulation",
+        {"rule": "running_limit", "site": SITE_A, "grid_ce": "", "attribute": "job_type", "value": "MCSimulation",
          "limit": 1, "running": 1, "delay_seconds": None, "next_match_at": None}
     ]  # fmt: skip
     assert by_type["User"]["probability"] == 1 and by_type["User"]["excluded_by"] == []

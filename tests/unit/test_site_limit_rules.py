@@ -24,7 +24,8 @@ def test_running_limit_bans_the_value_at_its_limit_only():
     at = state("job_type", "MC", running=2, running_limit=2)
     assert below.reasons(NOW) == []
     assert at.reasons(NOW) == [
-        {"rule": "running_limit", "site": SITE, "attribute": "job_type", "value": "MC", "limit": 2, "running": 2}
+        {"rule": "running_limit", "site": SITE, "grid_ce": "", "attribute": "job_type", "value": "MC",
+         "limit": 2, "running": 2}
     ]
 
 
