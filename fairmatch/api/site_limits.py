@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
@@ -25,23 +25,30 @@ def _attribute_name(value: Any) -> Any:
     return DIRAC_NAMES.get(value, value) if isinstance(value, str) else value
 
 
+def _whole_site_as_none(value: Any) -> Any:
+    return None if value == WHOLE_SITE else value
+
+
 class LimitSpec(BaseModel):
     """One limit: at a site, or at one CE of it, for one value of a job attribute."""
 
     model_config = ConfigDict(extra="forbid")
 
     site: Name
-    grid_ce: Name | Literal[""] = Field(
-        WHOLE_SITE,
+    grid_ce: Annotated[Name | None, BeforeValidator(_whole_site_as_none)] = Field(
+        None,
         description="A CE of the site: the limit then counts and limits only the jobs matched through it "
-        "(DIRAC's RunningLimit/<site>/CEs/<CE>). '' or absent: the whole site.",
+        "(DIRAC's RunningLimit/<site>/CEs/<CE>). '', null or absent: the whole site.",
     )
     attribute: Annotated[Attribute, BeforeValidator(_attribute_name)] = Field(
         description="job_type, owner_group or owner (DIRAC's JobType, OwnerGroup, Owner are accepted)."
     )
     value: Name
     running_limit: Int | None = Field(
-        None, ge=0, le=MAX_RUNNING_LIMIT, description="At most this many jobs Matched + Running at the site (or through the CE)."
+        None,
+        ge=0,
+        le=MAX_RUNNING_LIMIT,
+        description="At most this many jobs Matched + Running at the site (or through the CE).",
     )
     matching_delay: Annotated[float, Strict(False)] | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False,
@@ -64,7 +71,7 @@ class LimitSet(BaseModel):
     def _one_per_key(self) -> LimitSet:
         seen: set[tuple[str, str, str, str]] = set()
         for spec in self.limits:
-            key = (spec.site, spec.grid_ce, spec.attribute.value, spec.value)
+            key = (spec.site, spec.grid_ce or WHOLE_SITE, spec.attribute.value, spec.value)
             if key in seen:
                 raise ValueError(f"limit {'/'.join(part for part in key if part)} is given twice")
             seen.add(key)
@@ -98,7 +105,10 @@ async def list_limits(caller: Operators, conn: Connection) -> dict:
 @router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
 async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
     limits = sorted(
-        (Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay, s.grid_ce) for s in body.limits),
+        (
+            Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay, s.grid_ce or WHOLE_SITE)
+            for s in body.limits
+        ),
         key=lambda limit: limit.key,
     )
     await limit_service.replace_limits(conn, limits)
