@@ -147,6 +147,6 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
         "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
-        "pilot_reference": None, "requester": "pilot", "request_id": None, "now": now,
+        "pilot_reference": None, "grid_ce": None, "requester": "pilot", "request_id": None, "now": now,
         "lease_until": now + timedelta(seconds=600), "guarded": False,
     }  # fmt: skip

@@ -209,7 +209,7 @@ async def _limit_alice(port: Harness) -> Any:
     async with port.engine.connect() as conn:
         await limit_service.replace_limits(conn, [Limit(SITE, Attribute.owner, "alice", running_limit=0)])
         async with read_transaction(conn):
-            return await LimitDB.of(conn).of_site(SITE, utcnow())
+            return await LimitDB.of(conn).of_site(SITE, None, utcnow())
 
 
 @databases_only

@@ -198,16 +198,18 @@ def test_limits_hold_across_two_server_processes(client, server, server_factory)
     )  # the delay set by the other replica
 
 
-def test_concurrent_pilots_on_two_replicas_never_exceed_the_limit(client, server_factory, clean):
+@pytest.mark.parametrize("grid_ce", ["", "ce1.a.ch"], ids=["site", "ce"])
+def test_concurrent_pilots_on_two_replicas_never_exceed_the_limit(client, server_factory, clean, grid_ce):
     replicas = [client, server_factory().client()]
-    put_limits(client, limit("job_type", "MCSimulation", running_limit=3))
+    put_limits(client, limit("job_type", "MCSimulation", running_limit=3, grid_ce=grid_ce))
     submit(client, 40, job_types=["MCSimulation"])
     results: list[int] = []
     lock = threading.Lock()
+    through = {"GridCE": grid_ce} if grid_ce else {}
 
     def pilots(c: httpx.Client, base: int) -> None:
         for n in range(10):
-            r = c.post("/match", json=pilot(SITE_A, base + n, JobType="MCSimulation"))
+            r = c.post("/match", json=pilot(SITE_A, base + n, JobType="MCSimulation", **through))
             with lock:
                 results.append(r.status_code)
 
