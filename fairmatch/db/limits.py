@@ -31,7 +31,7 @@ from fairmatch.limits.rules import Attribute, Limit, LimitState, Rule, SiteLimit
 
 SITE_LOCK_NAMESPACE = 7_100_010  # with hashtext(site): one advisory lock per site
 
-# Jobs holding a slot, worded as the partial index on (site) words its predicate: whatever
+# Jobs holding a slot, worded as the partial index on (site, grid_ce) words its predicate: whatever
 # the plan, the index serves these counts.
 _HOLDING = status_in(HOLDING_A_SLOT)
 _HOLDING_STATUSES = written_out("holding", sorted(s.value for s in HOLDING_A_SLOT))
@@ -124,10 +124,10 @@ class LimitDB(AreaDB):
         for limit, last in read:
             by_site.setdefault(limit.site, []).append((limit, last))
         states: builtins.list[LimitState] = []
-        for site, site_limits_read in by_site.items():
-            counted = [lim for lim, _ in site_limits_read if lim.running_limit is not None]
+        for site, of_one_site in by_site.items():
+            counted = [lim for lim, _ in of_one_site if lim.running_limit is not None]
             running = await self.running_counts(site, counted)
-            states += [LimitState(lim, running.get(lim.key, 0), last) for lim, last in site_limits_read]
+            states += [LimitState(lim, running.get(lim.key, 0), last) for lim, last in of_one_site]
         return states
 
     async def of_site(self, site: str | None, grid_ce: str | None, now: datetime) -> SiteLimits | None:
