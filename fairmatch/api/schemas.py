@@ -92,6 +92,7 @@ class LimitReason(BaseModel):
 
     rule: Literal["running_limit", "matching_delay"]
     site: str
+    grid_ce: str = Field("", description="The CE the limit is on ('' for the whole site).")
     attribute: Literal["job_type", "owner_group", "owner"]
     value: str
     limit: int | None = Field(None, description="running_limit: the most jobs Matched + Running.")

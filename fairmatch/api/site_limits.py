@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, mode
 
 from fairmatch.api.deps import Admin, Connection, Operators
 from fairmatch.fields import Int, Name
-from fairmatch.limits.rules import DIRAC_NAMES, Attribute, Limit
+from fairmatch.limits.rules import DIRAC_NAMES, WHOLE_SITE, Attribute, Limit
 from fairmatch.services import limits as limit_service
 
 router = APIRouter(prefix="/limits", tags=["limits"])
@@ -25,22 +25,34 @@ def _attribute_name(value: Any) -> Any:
     return DIRAC_NAMES.get(value, value) if isinstance(value, str) else value
 
 
+def _whole_site_as_none(value: Any) -> Any:
+    return None if value == WHOLE_SITE else value
+
+
 class LimitSpec(BaseModel):
-    """One limit: at a site, for one value of a job attribute."""
+    """One limit: at a site, or at one CE of it, for one value of a job attribute."""
 
     model_config = ConfigDict(extra="forbid")
 
     site: Name
+    grid_ce: Annotated[Name | None, BeforeValidator(_whole_site_as_none)] = Field(
+        None,
+        description="A CE of the site: the limit then counts and limits only the jobs matched through it "
+        "(DIRAC's RunningLimit/<site>/CEs/<CE>). '', null or absent: the whole site.",
+    )
     attribute: Annotated[Attribute, BeforeValidator(_attribute_name)] = Field(
         description="job_type, owner_group or owner (DIRAC's JobType, OwnerGroup, Owner are accepted)."
     )
     value: Name
     running_limit: Int | None = Field(
-        None, ge=0, le=MAX_RUNNING_LIMIT, description="At most this many jobs Matched + Running at the site."
+        None,
+        ge=0,
+        le=MAX_RUNNING_LIMIT,
+        description="At most this many jobs Matched + Running at the site (or through the CE).",
     )
     matching_delay: Annotated[float, Strict(False)] | None = Field(
         None, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False,
-        description="At least this many seconds between two matches at the site.",
+        description="At least this many seconds between two matches at the site (or through the CE).",
     )  # fmt: skip
 
     @model_validator(mode="after")
@@ -57,22 +69,23 @@ class LimitSet(BaseModel):
 
     @model_validator(mode="after")
     def _one_per_key(self) -> LimitSet:
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[tuple[str, str, str, str]] = set()
         for spec in self.limits:
-            key = (spec.site, spec.attribute.value, spec.value)
+            key = (spec.site, spec.grid_ce or WHOLE_SITE, spec.attribute.value, spec.value)
             if key in seen:
-                raise ValueError(f"limit {'/'.join(key)} is given twice")
+                raise ValueError(f"limit {'/'.join(part for part in key if part)} is given twice")
             seen.add(key)
         return self
 
 
 class LimitView(BaseModel):
     site: str
+    grid_ce: str = Field(description="The CE whose jobs the limit counts; '' for the whole site.")
     attribute: Attribute
     value: str
     running_limit: int | None
     matching_delay: float | None
-    running: int = Field(description="Jobs of this value Matched or Running at the site now.")
+    running: int = Field(description="Jobs of this value Matched or Running at the site (or through the CE) now.")
     last_match_at: datetime | None = Field(description="When a job of this value was last matched there.")
 
 
@@ -91,9 +104,12 @@ async def list_limits(caller: Operators, conn: Connection) -> dict:
 
 @router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
 async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
-    limits = [
-        Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay)
-        for s in sorted(body.limits, key=lambda s: (s.site, s.attribute.value, s.value))
-    ]
+    limits = sorted(
+        (
+            Limit(s.site, s.attribute, s.value, s.running_limit, s.matching_delay, s.grid_ce or WHOLE_SITE)
+            for s in body.limits
+        ),
+        key=lambda limit: limit.key,
+    )
     await limit_service.replace_limits(conn, limits)
     return await _current(conn)

@@ -52,6 +52,7 @@ class Claimant:
 
     site: str
     pilot_reference: str | None
+    grid_ce: str | None  # the CE the pilot runs behind, when it names exactly one
     requester: str  # the caller's identity; it scopes request ids
     request_id: str | None
     lease_seconds: int  # how long the match holds without a report from the pilot
@@ -90,6 +91,7 @@ WITH picked AS MATERIALIZED (
     SET status = 'Matched',
         site = %(site)s,
         pilot_reference = %(pilot_reference)s,
+        grid_ce = %(grid_ce)s,
         matched_by = %(requester)s,
         matched_at = %(now)s,
         lease_expires_at = %(lease_until)s,
@@ -158,6 +160,7 @@ class ClaimDB(AreaDB):
             "candidates": target.candidates,
             "site": who.site,
             "pilot_reference": who.pilot_reference,
+            "grid_ce": who.grid_ce,
             "requester": who.requester,
             "request_id": who.request_id,
             "now": now,

@@ -43,6 +43,7 @@ MATCH = """
     SET status = 'Matched',
         site = :site,
         pilot_reference = :pilot_reference,
+        grid_ce = :grid_ce,
         matched_by = :requester,
         matched_at = :now,
         lease_expires_at = :lease_until,

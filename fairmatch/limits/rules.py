@@ -6,6 +6,12 @@ value Matched or Running at the site) and/or a `matching_delay` (at least N
 seconds between two matches of that value at the site). A value at its limit
 is banned from the site's matches, the way DIRAC's Limiter adds negative
 conditions to the resource description.
+
+A rule may also name one computing element of the site (`grid_ce`; '' is the
+whole site): it then counts, spaces and limits only the jobs matched through
+that CE (DIRAC's `RunningLimit/<site>/CEs/<CE>`). A pilot at site S behind CE C
+is held to S's limits on the whole site and to C's, merged; a pilot that names
+no CE (or several) to the whole site's only.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ class Attribute(StrEnum):
 DIRAC_NAMES = {"JobType": Attribute.job_type, "OwnerGroup": Attribute.owner_group, "Owner": Attribute.owner}
 
 
+# `grid_ce` of a limit on the whole site
+WHOLE_SITE = ""
+
+
 class Rule(StrEnum):
     running_limit = "running_limit"
     matching_delay = "matching_delay"
@@ -42,10 +52,28 @@ class Limit:
     value: str
     running_limit: int | None = None
     matching_delay: float | None = None
+    grid_ce: str = WHOLE_SITE
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.site, self.attribute.value, self.value)
+    def key(self) -> tuple[str, str, str, str]:
+        """(site, grid_ce, attribute, value): one limit of each."""
+        return (self.site, self.grid_ce, self.attribute.value, self.value)
+
+    def where(self) -> dict[str, str]:
+        """The limit's key as a reason names it."""
+        return {"site": self.site, "grid_ce": self.grid_ce, "attribute": self.attribute.value, "value": self.value}
+
+    def applies_to(self, site: str, grid_ce: str | None) -> bool:
+        """Whether a pilot at `site` behind `grid_ce` (None: no one CE) is held to this limit."""
+        return self.site == site and (self.grid_ce == WHOLE_SITE or self.grid_ce == grid_ce)
+
+    def counted(self, per_ce: Mapping[tuple[str | None, str], int]) -> int:
+        """The jobs this limit counts, from the site's jobs holding a slot per (CE they were
+        matched through, value): a whole-site limit counts them all, a CE's limit its own."""
+        return sum(
+            n for (ce, value), n in per_ce.items()
+            if value == self.value and (self.grid_ce == WHOLE_SITE or ce == self.grid_ce)
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +88,7 @@ class LimitState:
         """Why this value may not be matched at the site now (empty: it may)."""
         found: list[dict[str, Any]] = []
         lim = self.limit
-        where = {"site": lim.site, "attribute": lim.attribute.value, "value": lim.value}
+        where = lim.where()
         if lim.running_limit is not None and self.running >= lim.running_limit:
             found.append({"rule": Rule.running_limit.value, **where,
                           "limit": lim.running_limit, "running": self.running})  # fmt: skip
@@ -82,7 +110,9 @@ def values_of(attribute: Attribute, owner: str, owner_group: str, job_types: Ite
 
 @dataclass(frozen=True, slots=True)
 class SiteLimits:
-    """The limits of one site and their state at `now`."""
+    """The limits a pilot at one site is held to (the whole site's and its CE's) and their state at `now`.
+
+    Limits of the site and of the CE on one value merge: the value is banned while either bans it."""
 
     states: tuple[LimitState, ...]
     now: datetime
@@ -136,11 +166,16 @@ def with_banned(query: ResourceQuery, reasons: Iterable[Mapping[str, Any]]) -> R
 
 
 def from_settings(configured: Mapping[str, Any]) -> list[Limit]:
-    """Limits from the `[site_limits."<site>".{running_limit,matching_delay}.<attribute>]` tables of the settings."""
-    merged: dict[tuple[str, Attribute, str], dict[str, Any]] = {}
-    for site, rules in configured.items():
-        for rule in Rule:
-            for attribute, values in getattr(rules, rule.value).items():
-                for value, amount in values.items():
-                    merged.setdefault((site, Attribute(attribute), value), {})[rule.value] = amount
-    return [Limit(site, attribute, value, **amounts) for (site, attribute, value), amounts in sorted(merged.items())]
+    """Limits from the `[site_limits."<site>".{running_limit,matching_delay}.<attribute>]` tables of the
+    settings, and a CE's from `[site_limits."<site>".CEs."<ce>".{running_limit,matching_delay}.<attribute>]`."""
+    merged: dict[tuple[str, str, Attribute, str], dict[str, Any]] = {}
+    for site, site_rules in configured.items():
+        for grid_ce, rules in [(WHOLE_SITE, site_rules), *sorted(site_rules.CEs.items())]:
+            for rule in Rule:
+                for attribute, values in getattr(rules, rule.value).items():
+                    for value, amount in values.items():
+                        merged.setdefault((site, grid_ce, Attribute(attribute), value), {})[rule.value] = amount
+    return [
+        Limit(site, attribute, value, grid_ce=grid_ce, **amounts)
+        for (site, grid_ce, attribute, value), amounts in sorted(merged.items())
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from fairmatch.limits.rules import DIRAC_NAMES
 from fairmatch.sections import Section
@@ -12,8 +12,8 @@ from fairmatch.sections import Section
 LimitAttribute = Literal["job_type", "owner_group", "owner"]
 
 
-class SiteLimitSettings(Section):
-    """One site's limits, as DIRAC's `Sites/<site>/RunningLimit|MatchingDelay/<attribute>/<value>`."""
+class LimitRuleSettings(Section):
+    """Running limits and matching delays per job attribute and value."""
 
     running_limit: dict[LimitAttribute, dict[str, int]] = Field(
         default_factory=dict, description="attribute → value → most jobs Matched + Running at the site."
@@ -37,3 +37,25 @@ class SiteLimitSettings(Section):
                 if amount < 0:
                     raise ValueError(f"{attribute}.{name} must not be negative, got {amount}")
         return value
+
+
+class CELimitSettings(LimitRuleSettings):
+    """One CE's limits, as DIRAC's `RunningLimit/<site>/CEs/<CE>/<attribute>/<value>`: they count and
+    limit only the jobs matched through that CE."""
+
+    running_limit: dict[LimitAttribute, dict[str, int]] = Field(
+        default_factory=dict, description="attribute → value → most jobs Matched + Running through the CE."
+    )
+    matching_delay: dict[LimitAttribute, dict[str, float]] = Field(
+        default_factory=dict, description="attribute → value → least seconds between two matches through the CE."
+    )
+
+
+class SiteLimitSettings(LimitRuleSettings):
+    """One site's limits, as DIRAC's `RunningLimit|MatchingDelay/<site>/<attribute>/<value>`."""
+
+    CEs: dict[str, CELimitSettings] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("CEs", "ces"),
+        description="CE name → that CE's limits, as DIRAC's `RunningLimit/<site>/CEs/<CE>`.",
+    )

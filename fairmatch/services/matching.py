@@ -51,6 +51,12 @@ def _answer(row: Any, tq_id: int) -> dict[str, Any]:
     return answer
 
 
+def _pilot_ce(resource: ResourceDescription) -> str | None:
+    """The CE a pilot runs behind: the one GridCE it names (none when it names several)."""
+    ces = [resource.grid_ce] if isinstance(resource.grid_ce, str) else list(resource.grid_ce or ())
+    return ces[0] if len(ces) == 1 else None
+
+
 async def match(
     conn: AsyncConnection,
     resource: ResourceDescription,
@@ -80,10 +86,10 @@ def _match_requests(result: str) -> Counter:
 
 
 class _Surroundings:
-    """The match's port to this process's catalog and the site's limits."""
+    """The match's port to this process's catalog and the limits its pilot is held to."""
 
-    def __init__(self, conn: AsyncConnection, keeper: Keeper, site: str | None) -> None:
-        self.conn, self.keeper, self.site = conn, keeper, site
+    def __init__(self, conn: AsyncConnection, keeper: Keeper, site: str | None, grid_ce: str | None) -> None:
+        self.conn, self.keeper, self.site, self.grid_ce = conn, keeper, site, grid_ce
 
     async def fresher_catalog(self, *, must: bool) -> Catalog | None:
         if not (must or self.keeper.stale() or await self.keeper.behind(self.conn)):
@@ -92,7 +98,7 @@ class _Surroundings:
         return self.keeper.catalog
 
     async def site_limits(self) -> SiteLimits | None:
-        limits = await _site_limits(self.conn, self.site)
+        limits = await _site_limits(self.conn, self.site, self.grid_ce)
         if limits is not None:
             for rule in {reason["rule"] for reasons in limits.blocked().values() for reason in reasons}:
                 SITE_LIMIT_EXCLUSIONS.labels(rule).inc()
@@ -124,6 +130,7 @@ async def _match(
     claimant = Claimant(
         site=resource.site,
         pilot_reference=resource.pilot_reference,
+        grid_ce=_pilot_ce(resource),
         requester=requester,
         request_id=resource.request_id,
         lease_seconds=settings.jobs.matched_lease_seconds,
@@ -132,7 +139,7 @@ async def _match(
         claimed = await run_matcher(
             matcher,
             ClaimDB.claiming(conn, claimant, rng, on_batch=CLAIM_BATCH_SIZE.observe),
-            _Surroundings(conn, keeper, query.site),
+            _Surroundings(conn, keeper, query.site, claimant.grid_ce),
         )
     except DuplicateRequest:  # the same request id, claimed concurrently: answer with that job
         if resource.request_id is None:
@@ -153,11 +160,11 @@ async def _match(
     return _answer(claimed.job, tq_id), "matched"
 
 
-async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | None:
+async def _site_limits(conn: AsyncConnection, site: str | None, grid_ce: str | None) -> SiteLimits | None:
     if site is None:
         return None
     async with read_transaction(conn):
-        return await LimitDB.of(conn).of_site(site, utcnow())
+        return await LimitDB.of(conn).of_site(site, grid_ce, utcnow())
 
 
 def _log_decision(resource: ResourceDescription, tq_id: int | None, job_id: int | None) -> None:
@@ -183,8 +190,9 @@ async def explain(
     """The eligible TQs, each with the probability that a match draws it: the very
     selection /match makes, on the latest state; and the analysis of the conditions.
 
-    A TQ a site limit keeps out now is listed with probability 0 and the
-    limits that exclude it (`excluded_by`).
+    A TQ a site limit keeps out now (the whole site's, or that of the CE the
+    resource names) is listed with probability 0 and the limits that exclude it
+    (`excluded_by`).
     """
     options = settings.effective_matching
     query = resource.to_query(options)
@@ -192,7 +200,7 @@ async def explain(
     catalog = keeper.catalog
     named_tq = None
     async with read_transaction(conn):
-        limits = await LimitDB.of(conn).of_site(query.site, utcnow())
+        limits = await LimitDB.of(conn).of_site(query.site, _pilot_ce(resource), utcnow())
         if query.job_id is not None:
             queued = await ClaimDB.of(conn).queue_of(query.job_id)
             named_tq = queued[0] if queued is not None else None

@@ -38,7 +38,7 @@ async def _claim_at_once(engine: Any, targets: list[ClaimTarget], request_ids: l
         claims = [
             ClaimDB.claiming(
                 conn,
-                Claimant("LCG.CERN.cern", None, "pilot", request_id, lease_seconds=600),
+                Claimant("LCG.CERN.cern", None, None, "pilot", request_id, lease_seconds=600),
                 random.Random(seed),
                 sizes.append,
             )
@@ -147,6 +147,6 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
         "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
-        "pilot_reference": None, "requester": "pilot", "request_id": None, "now": now,
+        "pilot_reference": None, "grid_ce": None, "requester": "pilot", "request_id": None, "now": now,
         "lease_until": now + timedelta(seconds=600), "guarded": False,
     }  # fmt: skip

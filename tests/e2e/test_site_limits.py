@@ -4,12 +4,14 @@ per site × attribute × value, kept in the database so that every replica enfor
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 
 import httpx
 import pytest
 
+from tests.in_process import run_fairmatch
 from tests.problems import assert_problem
 
 SITE_A, SITE_B = "LCG.A.ch", "LCG.B.de"
@@ -33,6 +35,7 @@ def put_limits(client: httpx.Client, *limits: dict) -> dict:
 
 
 def limit(attribute: str, value: str, site: str = SITE_A, **amounts) -> dict:
+    """A limit as PUT /limits takes it; `grid_ce=` among `amounts` puts it on one CE of the site."""
     return {"site": site, "attribute": attribute, "value": value, **amounts}
 
 
@@ -149,7 +152,7 @@ def test_explain_names_the_limit_that_excludes_a_task_queue(client):
     excluded = by_type["MCSimulation"]
     assert excluded["probability"] == 0
     assert excluded["excluded_by"] == [
-        {"rule": "running_limit", "site": SITE_A, "attribute": "job_type", "value": "MCSimulation",
+        {"rule": "running_limit", "site": SITE_A, "grid_ce": "", "attribute": "job_type", "value": "MCSimulation",
          "limit": 1, "running": 1, "delay_seconds": None, "next_match_at": None}
     ]  # fmt: skip
     assert by_type["User"]["probability"] == 1 and by_type["User"]["excluded_by"] == []
@@ -195,16 +198,18 @@ def test_limits_hold_across_two_server_processes(client, server, server_factory)
     )  # the delay set by the other replica
 
 
-def test_concurrent_pilots_on_two_replicas_never_exceed_the_limit(client, server_factory, clean):
+@pytest.mark.parametrize("grid_ce", ["", "ce1.a.ch"], ids=["site", "ce"])
+def test_concurrent_pilots_on_two_replicas_never_exceed_the_limit(client, server_factory, clean, grid_ce):
     replicas = [client, server_factory().client()]
-    put_limits(client, limit("job_type", "MCSimulation", running_limit=3))
+    put_limits(client, limit("job_type", "MCSimulation", running_limit=3, grid_ce=grid_ce))
     submit(client, 40, job_types=["MCSimulation"])
     results: list[int] = []
     lock = threading.Lock()
+    through = {"GridCE": grid_ce} if grid_ce else {}
 
     def pilots(c: httpx.Client, base: int) -> None:
         for n in range(10):
-            r = c.post("/match", json=pilot(SITE_A, base + n, JobType="MCSimulation"))
+            r = c.post("/match", json=pilot(SITE_A, base + n, JobType="MCSimulation", **through))
             with lock:
                 results.append(r.status_code)
 
@@ -254,3 +259,179 @@ def test_exclusions_are_counted_in_the_metrics(client, server):
         httpx.get(f"{server.url}/metrics").text, "fairmatch_site_limit_exclusions_total", rule="running_limit"
     )
     assert after == before + 1
+
+
+# --- limits per CE (DIRAC's RunningLimit/<site>/CEs/<CE>) -----------------------------------
+
+CE_1, CE_2 = "ce1.a.ch", "ce2.a.ch"
+
+
+def test_a_ce_limit_stops_that_ce_only(client):
+    put_limits(client, limit("job_type", "MCSimulation", running_limit=2, grid_ce=CE_1))
+    submit(client, 8, job_types=["MCSimulation"])
+    mc = {"JobType": "MCSimulation"}
+    through_ce1 = [match(client, SITE_A, n, GridCE=CE_1, **mc).status_code for n in range(3)]
+    assert through_ce1 == [200, 200, 204]
+    # another CE of the site, a pilot naming no CE and one naming two are not held to CE_1's limit
+    assert match(client, SITE_A, 10, GridCE=CE_2, **mc).status_code == 200
+    assert match(client, SITE_A, 11, **mc).status_code == 200
+    assert match(client, SITE_A, 12, GridCE=[CE_1, CE_2], **mc).status_code == 200
+    assert match(client, SITE_A, 3, GridCE=CE_1, **mc).status_code == 204  # their jobs do not count for CE_1
+    (state,) = client.get("/limits").json()["limits"]
+    assert (state["grid_ce"], state["running"]) == (CE_1, 2)
+
+
+def test_a_ce_slot_frees_when_its_job_ends(client):
+    put_limits(client, limit("owner", "alice", running_limit=1, grid_ce=CE_1))
+    submit(client, 3)
+    job = match(client, SITE_A, 0, GridCE=CE_1).json()
+    assert job["owner"] == "alice"
+    assert match(client, SITE_A, 1, GridCE=CE_1).status_code == 204
+    for status in ("Running", "Done"):
+        assert client.post(f"/jobs/{job['job_id']}/status", json={"status": status}).status_code == 200
+    assert match(client, SITE_A, 2, GridCE=CE_1).status_code == 200
+
+
+def test_the_site_limit_counts_the_jobs_of_every_ce(client):
+    put_limits(
+        client,
+        limit("job_type", "MCSimulation", running_limit=3),
+        limit("job_type", "MCSimulation", running_limit=2, grid_ce=CE_1),
+    )
+    submit(client, 8, job_types=["MCSimulation"])
+    mc = {"JobType": "MCSimulation"}
+    assert [match(client, SITE_A, n, GridCE=CE_1, **mc).status_code for n in range(3)] == [200, 200, 204]
+    assert match(client, SITE_A, 10, GridCE=CE_2, **mc).status_code == 200  # the site's third
+    assert match(client, SITE_A, 11, GridCE=CE_2, **mc).status_code == 204  # the site is full
+    assert match(client, SITE_A, 12, **mc).status_code == 204
+    assert match(client, SITE_B, GridCE=CE_1, **mc).status_code == 200  # a CE name at another site is another CE
+    shown = {(x["site"], x["grid_ce"]): x["running"] for x in client.get("/limits").json()["limits"]}
+    assert shown == {(SITE_A, ""): 3, (SITE_A, CE_1): 2}
+
+
+def test_a_ce_limit_and_the_site_limit_on_one_value_each_refuse(client):
+    put_limits(
+        client,
+        limit("owner_group", "lhcb_mc", running_limit=5),
+        limit("owner_group", "lhcb_mc", running_limit=0, grid_ce=CE_2),
+    )
+    submit(client, 2)
+    assert match(client, SITE_A, 0, GridCE=CE_2).status_code == 204
+    assert match(client, SITE_A, 1, GridCE=CE_1).status_code == 200
+
+
+def test_a_ce_matching_delay_spaces_that_ces_matches_only(client):
+    put_limits(client, limit("owner_group", "lhcb_mc", matching_delay=600, grid_ce=CE_1))
+    submit(client, 4)
+    assert match(client, SITE_A, 0, GridCE=CE_1).status_code == 200
+    assert match(client, SITE_A, 1, GridCE=CE_1).status_code == 204
+    assert match(client, SITE_A, 2, GridCE=CE_2).status_code == 200
+    assert match(client, SITE_A, 3).status_code == 200
+    (state,) = client.get("/limits").json()["limits"]
+    assert state["grid_ce"] == CE_1 and state["last_match_at"] is not None
+
+
+def test_explain_shows_a_ce_limit_to_a_pilot_behind_that_ce_only(client):
+    put_limits(client, limit("job_type", "MCSimulation", running_limit=1, grid_ce=CE_1))
+    submit(client, 3, job_types=["MCSimulation"])
+    assert match(client, SITE_A, 0, GridCE=CE_1, JobType="MCSimulation").status_code == 200
+
+    def dry_run(**extra) -> dict:
+        r = client.post("/taskqueues/matching", json=pilot(SITE_A, JobType="MCSimulation", **extra))
+        assert r.status_code == 200, r.text
+        (tq,) = r.json()["task_queues"]
+        return tq
+
+    at_ce1 = dry_run(GridCE=CE_1)
+    assert at_ce1["probability"] == 0
+    assert at_ce1["excluded_by"] == [
+        {"rule": "running_limit", "site": SITE_A, "grid_ce": CE_1, "attribute": "job_type", "value": "MCSimulation",
+         "limit": 1, "running": 1, "delay_seconds": None, "next_match_at": None}
+    ]  # fmt: skip
+    for elsewhere in (dry_run(GridCE=CE_2), dry_run()):
+        assert elsewhere["probability"] == 1 and elsewhere["excluded_by"] == []
+
+
+def test_ce_limits_through_the_api(client):
+    put_limits(
+        client,
+        limit("JobType", "MC", running_limit=4),
+        limit("JobType", "MC", running_limit=2, grid_ce=CE_1),
+        limit("owner", "bob", matching_delay=5, grid_ce=CE_2),
+    )
+    shown = client.get("/limits").json()["limits"]
+    assert [(x["grid_ce"], x["attribute"], x["value"], x["running_limit"], x["matching_delay"]) for x in shown] == [
+        ("", "job_type", "MC", 4, None),  # the whole site's first
+        (CE_1, "job_type", "MC", 2, None),
+        (CE_2, "owner", "bob", None, 5.0),
+    ]
+    # a limit given as listed comes back unchanged; '' and an absent grid_ce are one key
+    again = [{k: v for k, v in x.items() if k not in ("running", "last_match_at")} for x in shown]
+    assert put_limits(client, *again)["limits"] == shown
+    r = client.put("/limits", json={"limits": [limit("job_type", "MC", running_limit=1),
+                                               limit("job_type", "MC", running_limit=2, grid_ce="")]})  # fmt: skip
+    assert_problem(r, 422)
+    assert "given twice" in r.text
+    # null is the whole site too
+    whole = put_limits(client, limit("job_type", "MC", running_limit=1, grid_ce=None))["limits"]
+    assert [(x["grid_ce"], x["running_limit"]) for x in whole] == [("", 1)]
+    # removing the CE's limit keeps the site's
+    put_limits(client, again[0], again[2])
+    assert [(x["grid_ce"], x["value"]) for x in client.get("/limits").json()["limits"]] == [("", "MC"), (CE_2, "bob")]
+
+
+@pytest.mark.parametrize(
+    ("grid_ce", "fragment"),
+    [("ce\x001", "control characters"), ("x" * 256, "at most 255"), (" ", "blank"), (7, "valid string")],
+)
+def test_a_bad_grid_ce_is_422_naming_it(client, grid_ce, fragment):
+    r = client.put("/limits", json={"limits": [limit("job_type", "MC", running_limit=1, grid_ce=grid_ce)]})
+    body = assert_problem(r, 422)
+    assert [(e["loc"], fragment in e["msg"]) for e in body["errors"]] == [(["body", "limits", 0, "grid_ce"], True)]
+
+
+def test_ce_limits_in_the_configuration_file_as_dirac_nests_them(server_factory, clean, tmp_path):
+    config = tmp_path / "fairmatch.toml"
+    config.write_text(
+        f"""
+[site_limits."{SITE_A}".running_limit.JobType]
+MCSimulation = 5
+[site_limits."{SITE_A}".CEs."{CE_1}".running_limit.JobType]
+MCSimulation = 1
+[site_limits."{SITE_A}".CEs."{CE_2}".running_limit]
+owner = {{bob = 3}}
+[site_limits."{SITE_A}".CEs."{CE_2}".matching_delay.OwnerGroup]
+lhcb_mc = 20
+"""
+    )
+    srv = server_factory(CONFIG=str(config))
+    other = srv.client()
+    shown = other.get("/limits").json()["limits"]
+    assert [(x["grid_ce"], x["attribute"], x["value"], x["running_limit"], x["matching_delay"]) for x in shown] == [
+        ("", "job_type", "MCSimulation", 5, None),
+        (CE_1, "job_type", "MCSimulation", 1, None),
+        (CE_2, "owner", "bob", 3, None),
+        (CE_2, "owner_group", "lhcb_mc", None, 20.0),
+    ]
+    submit(other, 3, job_types=["MCSimulation"])
+    mc = {"JobType": "MCSimulation"}
+    assert [match(other, SITE_A, n, GridCE=CE_1, **mc).status_code for n in range(2)] == [200, 204]
+
+
+def test_ce_limits_from_the_command_line(client, server, cli_env, tmp_path):
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return run_fairmatch("limits", *args, "--url", server.url, env=cli_env, cwd=tmp_path)
+
+    def keyed(result: subprocess.CompletedProcess) -> dict:
+        assert result.returncode == 0, result.stderr
+        return {(e["grid_ce"], e["value"]): e["running_limit"] for e in json.loads(result.stdout)["limits"]}
+
+    assert keyed(run("set-one", SITE_A, "JobType", "MC", "--running-limit", "4")) == {("", "MC"): 4}
+    both = keyed(run("set-one", SITE_A, "JobType", "MC", "--ce", CE_1, "--running-limit", "1"))
+    assert both == {("", "MC"): 4, (CE_1, "MC"): 1}
+    assert keyed(run("set-one", SITE_A, "job_type", "MC", "--ce", CE_1, "--running-limit", "2")) == {
+        ("", "MC"): 4, (CE_1, "MC"): 2,
+    }  # fmt: skip
+    missing = run("remove", SITE_A, "job_type", "MC", "--ce", CE_2)
+    assert missing.returncode == 1 and f"through {CE_2}" in missing.stderr
+    assert keyed(run("remove", SITE_A, "job_type", "MC", "--ce", CE_1)) == {("", "MC"): 4}
