@@ -257,3 +257,20 @@ def test_sites_commands_with_tokens_follow_the_roles(run, token_server, clean):
     assert_failed(run("sites", "ban", FINE, "--reason", "r", *url, FAIRMATCH_TOKEN=user), 1, "role user may not")
     assert_failed(run("sites", "allow", BROKEN, *url, FAIRMATCH_TOKEN=user), 1, "role user may not")
     assert succeeded(run("sites", "allow", BROKEN, *url, FAIRMATCH_TOKEN=token("admin")))["sites"] == []
+
+
+def test_a_terminal_gets_the_mask_as_a_table(monkeypatch, server, clean):
+    from typer.testing import CliRunner
+
+    from fairmatch.cli import cli, render
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
+    runner = CliRunner()
+    url = ["--url", server.url]
+    banned_now = runner.invoke(cli, ["sites", "ban", BROKEN, "--reason", "CE down", *url], catch_exceptions=False)
+    listed = runner.invoke(cli, ["sites", "list", *url], catch_exceptions=False)
+    assert banned_now.exit_code == listed.exit_code == 0, (banned_now.stderr, listed.stderr)
+    assert "Site banned" in banned_now.stdout and "Site mask" in listed.stdout
+    for text in (BROKEN, "CE down", "anonymous", "1 banned"):
+        assert text in listed.stdout
