@@ -181,6 +181,25 @@ def test_a_pilot_token_pinned_to_a_banned_site_gets_the_test_job(as_role):
     assert match(pinned, BROKEN).status_code == 204
 
 
+def test_a_dirac_pilot_naming_no_job_type_gets_the_test_job(quiet_server):
+    """With unstated_fields = "dirac" a pilot leaving JobType out puts no job-type condition,
+    and the mask alone decides; in strict mode it asked for untyped jobs only, which the mask
+    keeps out."""
+    dirac = quiet_server(MATCHING__UNSTATED_FIELDS="dirac")
+    with dirac.client() as client:
+        submit(client)
+        test_job = submit(client, job_types=["Test"])[0]
+        ban(client, BROKEN)
+        leaving_it_out = {"Site": BROKEN, "CPUTime": 100_000}
+        strict = quiet_server()
+        with strict.client() as other:
+            found = other.post("/taskqueues/matching", json=leaving_it_out).json()["analysis"]  # reads the mask
+            assert (found["eligible"], found["rejected_by"]["job_type"], found["rejected_by"]["site_mask"]) == (0, 1, 1)
+            assert other.post("/match", json=leaving_it_out).status_code == 204
+        assert client.post("/match", json=leaving_it_out).json()["job_id"] == test_job
+        assert client.post("/match", json=leaving_it_out).status_code == 204
+
+
 def test_the_test_types_are_a_setting(quiet_server):
     server = quiet_server(MATCHING__MASKED_SITE_JOB_TYPES='["SAM", "Probe"]')
     with server.client() as client:
