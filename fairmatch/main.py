@@ -24,6 +24,7 @@ from fairmatch.api import (
     priorities,
     problems,
     site_limits,
+    site_mask,
 )
 from fairmatch.api import groups as groups_api
 from fairmatch.api import status as status_api
@@ -56,6 +57,7 @@ ROUTERS: list[tuple[APIRouter, str]] = [
     (priorities.router, API_PREFIX),
     (status_api.router, API_PREFIX),
     (site_limits.router, API_PREFIX),
+    (site_mask.router, API_PREFIX),
     (health.router, ""),
 ]
 # What pilots call thousands of times a second: POST /match and their status reports.

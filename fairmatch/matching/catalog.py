@@ -73,6 +73,7 @@ class Catalog:
         self._priorities = np.zeros(64)
         self.sharing_groups: frozenset[str] = frozenset()  # JOB_SHARING: matched by group alone
         self.limited_sites: frozenset[str] = frozenset()  # sites with site limits
+        self.masked_sites: frozenset[str] = frozenset()  # sites in the site mask (banned)
         self._tag_counts = np.zeros(64, dtype=np.int32)  # tags per TQ, by position
         self.latest_change: datetime | None = None  # the latest changed_at applied
 

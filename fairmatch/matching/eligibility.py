@@ -18,7 +18,7 @@ FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platfo
 # every condition `conditions` may name, in the order an analysis lists them
 CONDITION_NAMES = (
     "cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
-    "owner_group", "owner", "vo", "site_limit",
+    "owner_group", "owner", "vo", "site_limit", "site_mask",
 )  # fmt: skip
 
 
@@ -54,6 +54,8 @@ def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     )
     if limited:
         found.append(("site_limit", catalog.every & ~limited))
+    if q.masked_job_types is not None:
+        found.append(("site_mask", catalog.with_any("job_types", q.masked_job_types)))
     return found
 
 

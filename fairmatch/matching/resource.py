@@ -170,3 +170,4 @@ class ResourceQuery:
     banned_job_types: frozenset[str] = frozenset()
     banned_owner_groups: frozenset[str] = frozenset()
     banned_owners: frozenset[str] = frozenset()
+    masked_job_types: frozenset[str] | None = None

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from fairmatch.fields import Name
 from fairmatch.sections import Section
 
 
@@ -57,6 +58,12 @@ class MatchingSettings(Section):
         "strict",
         description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
         "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
+    )
+    masked_site_job_types: list[Name] = Field(
+        default_factory=lambda: ["Test"],
+        max_length=100,
+        description="A pilot at a site in the site mask (banned) is matched only jobs whose job types "
+        "list one of these; jobs naming no job type are not matched there. [] gives such a pilot nothing.",
     )
 
 

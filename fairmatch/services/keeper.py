@@ -3,14 +3,14 @@
 - Every `matching.refresh_seconds` it reads the TQ rows whose `changed_at`
   is later than its last read, less `matching.refresh_margin_seconds` (a
   transaction that wrote a row before the last read may commit after it),
-  plus the JOB_SHARING groups and the sites with limits.
+  plus the JOB_SHARING groups, the sites with limits and the site mask.
 - Every `matching.reload_seconds` it reads the ids of all TQs, and TQs that
   other processes deleted leave the copy (when they have come to outnumber
   the TQs left, the copy is built anew from the whole table).
 - Before a match, it catches up at once if this process changed task queues,
-  groups or limits itself since its last read; and before answering that
-  nothing is eligible, if its last read is older than `matching.refresh_seconds`
-  or a TQ changed after the latest change it holds.
+  groups, limits or the site mask itself since its last read; and before
+  answering that nothing is eligible, if its last read is older than
+  `matching.refresh_seconds` or a TQ changed after the latest change it holds.
 
 So a TQ created by another process is matchable at once by a pilot that
 would otherwise get nothing, and within refresh_seconds plus one read
@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import DatabaseError
 from fairmatch.matching.catalog import Catalog
@@ -87,6 +88,7 @@ class Keeper:
                 now, rows = await task_queues.changed_since(since)
                 sharing = await PriorityDB.of(conn).sharing_groups()
                 limited = await LimitDB.of(conn).limited_sites()
+                masked = await SiteMaskDB.of(conn).sites()
                 existing = await task_queues.all_ids() if sweep and not rebuild else None
             catalog = Catalog() if rebuild else self.catalog
             for start in range(0, len(rows), CHUNK):
@@ -97,6 +99,7 @@ class Keeper:
                 catalog.remove([tq_id for tq_id in catalog.entries if tq_id not in existing])
             catalog.sharing_groups = sharing
             catalog.limited_sites = limited
+            catalog.masked_sites = masked
             self.catalog = catalog
             self._read_until = now
             self._read_at = time.monotonic()

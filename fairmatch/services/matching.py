@@ -25,6 +25,7 @@ from fairmatch.matching.eligibility import analysis
 from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
 from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.site_mask import with_site_mask
 from fairmatch.metrics import (
     CLAIM_BATCH_SIZE,
     CLAIM_CONFLICTS,
@@ -126,7 +127,9 @@ async def _match(
             named = await ClaimDB.of(conn).queue_of(query.job_id)
         if named is None:
             return None, "no_match"
-    matcher = Matcher(await keeper.current(conn), query, options, rng, named=named)
+    catalog = await keeper.current(conn)
+    query = with_site_mask(query, catalog.masked_sites, options.masked_site_job_types)
+    matcher = Matcher(catalog, query, options, rng, named=named)
     claimant = Claimant(
         site=resource.site,
         pilot_reference=resource.pilot_reference,
@@ -198,6 +201,7 @@ async def explain(
     query = resource.to_query(options)
     await keeper.refresh(conn, sweep=True)  # the analysis counts every queue: none deleted elsewhere
     catalog = keeper.catalog
+    query = with_site_mask(query, catalog.masked_sites, options.masked_site_job_types)
     named_tq = None
     async with read_transaction(conn):
         limits = await LimitDB.of(conn).of_site(query.site, _pilot_ce(resource), utcnow())
