@@ -127,6 +127,8 @@ async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOper
     # the pilots' other frequent call: it takes its connection and settings itself, as /match does
     settings: Settings = request.app.state.settings
     async with connection(request) as conn:
-        job = await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))
+        job = await jobs.report_status(
+            conn, job_id, body, settings, policy.job_scope(caller), counted=policy.return_counts(caller)
+        )
     # the job comes from the database as the schema describes it: encoded, not validated again
     return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")

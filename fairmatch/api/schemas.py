@@ -53,7 +53,9 @@ class Job(BaseModel):
     finished_at: datetime | None
     cpu_seconds: float | None
     wall_seconds: float | None
-    reschedules: int = Field(description="Returns to Waiting the owner did not ask for (lease ran out, stalled).")
+    reschedules: int = Field(
+        description="Returns to Waiting the owner did not ask for (lease ran out, stalled, handed back by its pilot)."
+    )
 
 
 class JobPage(BaseModel):
