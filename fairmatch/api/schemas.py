@@ -73,7 +73,8 @@ class TaskQueue(BaseModel):
     job_class: str | None
     priority: float
     priority_origin: dict[str, Any] | None = Field(
-        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight."
+        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight "
+        "(dirac: also its own priority and its site variants, summed or not)."
     )
     jobs: int = Field(description="Waiting jobs.")
     sites: list[str]
