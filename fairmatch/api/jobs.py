@@ -124,9 +124,16 @@ async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
 
 @reports.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
 async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOperators, request: Request) -> Response:
+    """`Running` confirms a Matched job (and again is the heartbeat); `Done` or `Failed` finish
+    it (a pilot that cannot start its Matched job fails it straight away); `Waiting` hands
+    it back to its task queue, which counts in its `reschedules` when a pilot asks (past
+    `jobs.max_reschedules` the job fails instead) and not when an operator or admin does.
+    Any other transition is a 409."""
     # the pilots' other frequent call: it takes its connection and settings itself, as /match does
     settings: Settings = request.app.state.settings
     async with connection(request) as conn:
-        job = await jobs.report_status(conn, job_id, body, settings, policy.job_scope(caller))
+        job = await jobs.report_status(
+            conn, job_id, body, settings, policy.job_scope(caller), counted=policy.return_counts(caller)
+        )
     # the job comes from the database as the schema describes it: encoded, not validated again
     return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")

@@ -53,7 +53,9 @@ class Job(BaseModel):
     finished_at: datetime | None
     cpu_seconds: float | None
     wall_seconds: float | None
-    reschedules: int = Field(description="Returns to Waiting the owner did not ask for (lease ran out, stalled).")
+    reschedules: int = Field(
+        description="Returns to Waiting the owner did not ask for (lease ran out, stalled, handed back by its pilot)."
+    )
 
 
 class JobPage(BaseModel):
@@ -71,7 +73,8 @@ class TaskQueue(BaseModel):
     job_class: str | None
     priority: float
     priority_origin: dict[str, Any] | None = Field(
-        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight."
+        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight "
+        "(dirac: also its own priority and its site variants, summed or not)."
     )
     jobs: int = Field(description="Waiting jobs.")
     sites: list[str]

@@ -68,3 +68,10 @@ def job_scope(caller: Principal) -> JobScope:
     if caller.role is Role.user:
         return JobScope(owner=caller.sub, owner_groups=caller.groups)
     return JobScope(matched_by=caller.sub)
+
+
+def return_counts(caller: Principal) -> bool:
+    """Whether a return to Waiting that `caller` reports counts in the job's reschedules
+    (bounded by `jobs.max_reschedules`): a pilot handing its job back does, so that a
+    broken pilot cannot bounce one job forever; an operator's or admin's own does not."""
+    return not caller.privileged

@@ -224,7 +224,11 @@ def report_status(
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Report a job's status by hand, as its pilot would (Running again is a heartbeat)."""
+    """Report a job's status by hand, as its pilot would (Running again is a heartbeat).
+
+    Waiting sent with an operator's or admin's token reschedules the job without counting
+    it in its reschedules; with a pilot's token it counts, as any hand-back by a pilot.
+    """
     report = {"status": status.value, "minor_status": minor_status,
               "cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds}  # fmt: skip
     body = {k: v for k, v in report.items() if v is not None}

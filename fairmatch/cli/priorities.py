@@ -38,7 +38,16 @@ def origin_columns(policy: str, origin: dict | None) -> list[str]:
             f"{terms[level]['term']:.2f}" if level in terms else "-" for level in ("vo", "group", "user")
         ]
     return [f"{origin.get('entity_share', 0):.4g}", f"{origin.get('weight') or 0:.4g}",
-            f"{origin.get('group_correction', 1) * origin.get('user_correction', 1):.3g}"]  # fmt: skip
+            f"{origin.get('group_correction', 1) * origin.get('user_correction', 1):.3g}",
+            f"{origin['own_priority']:.6g}" if "own_priority" in origin else "-", variants_column(origin)]  # fmt: skip
+
+
+def variants_column(origin: dict) -> str:
+    """A dirac TQ's site variants: how many queues of its workflow, and whether their priorities were summed."""
+    variants = origin.get("variants")
+    if not variants:
+        return "-"  # decided before site variants were explained
+    return f"{variants['count']} summed" if variants["summed"] else str(variants["count"])
 
 
 def origin_headers(policy: str) -> tuple[str, ...]:
@@ -46,7 +55,7 @@ def origin_headers(policy: str) -> tuple[str, ...]:
         return tuple(name.upper().replace("_", "") for name in MULTIFACTOR_COLUMNS)
     if policy == "rank":
         return ("RANK", "LEVEL", "VO", "GROUP", "USER")
-    return ("SHARE", "WEIGHT", "CORR")
+    return ("SHARE", "WEIGHT", "CORR", "OWN", "VARIANTS")
 
 
 def sprio_table(document: dict) -> Table:

@@ -83,6 +83,7 @@ class StatusReport:
     job_id: int
     status: JobStatus
     from_statuses: tuple[str, ...]  # the statuses a job may be in to take this one
+    starting_from: tuple[str, ...]  # the statuses from which taking this one starts the job
     minor_status: str | None
     cpu_seconds: float | None
     wall_seconds: float | None
@@ -306,8 +307,10 @@ class JobDB(AreaDB):
             for field in ("minor_status", "cpu_seconds", "wall_seconds"):
                 if getattr(report, field) is not None:
                     values[field] = getattr(report, field)
-            if before is JobStatus.Matched:  # confirmed: the job starts, its lease is over
-                values.update(started_at=report.at, lease_expires_at=None)
+            if before is JobStatus.Matched:  # the pilot answered: the lease is over
+                values["lease_expires_at"] = None
+            if before.value in report.starting_from:  # confirmed: the job starts
+                values["started_at"] = report.at
             if report.finishes:
                 values["finished_at"] = report.at
             job = await self.update(report.job_id, **values)
@@ -370,6 +373,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         where, scope_params = _visible_sql(scope)
         row: Any = await execute_one(self.conn, _report_sql(where), {
             "job_id": report.job_id, "status": report.status.value, "from_statuses": list(report.from_statuses),
+            "starting_from": list(report.starting_from),
             "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,
             "wall_seconds": report.wall_seconds, "finished_at": report.at if report.finishes else None,
             "charge": report.charge(report.cpu_seconds), **scope_params,
@@ -408,8 +412,10 @@ WITH locked AS MATERIALIZED (
         minor_status = COALESCE(CAST(%(minor_status)s AS varchar), jobs.minor_status),
         cpu_seconds = COALESCE(CAST(%(cpu_seconds)s AS float8), jobs.cpu_seconds),
         wall_seconds = COALESCE(CAST(%(wall_seconds)s AS float8), jobs.wall_seconds),
-        -- confirmed: the job starts, its lease is over
-        started_at = CASE WHEN locked.status = 'Matched' THEN %(at)s ELSE jobs.started_at END,
+        -- confirmed: the job starts
+        started_at = CASE WHEN locked.status = ANY(CAST(%(starting_from)s AS varchar[])) THEN %(at)s
+                          ELSE jobs.started_at END,
+        -- the pilot answered: the lease is over
         lease_expires_at = CASE WHEN locked.status = 'Matched' THEN NULL ELSE jobs.lease_expires_at END,
         finished_at = COALESCE(CAST(%(finished_at)s AS timestamptz), jobs.finished_at)
     FROM locked

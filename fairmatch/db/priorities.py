@@ -19,7 +19,7 @@ from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.dirac import GroupPolicy
 from fairmatch.priority.history import GROUP_LEVEL, sample_rows
 from fairmatch.priority.rank import RankGroup
-from fairmatch.taskqueues.requirements import load_of
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, load_of
 
 # transaction-scoped advisory locks: one priority loop, one history sampler at a time
 PRIORITY_LOCK = 7_100_001
@@ -147,7 +147,7 @@ class PriorityDB(AreaDB):
     # --- task-queue priorities ---------------------------------------------------------------
 
     async def waiting_loads(self, only_groups: Collection[str] | None = None) -> list[dict[str, Any]]:
-        """Every TQ with waiting jobs: keys, current priority and levels, and its jobs per level."""
+        """Every TQ with waiting jobs: its definition, current priority and levels, and its jobs per level."""
         # One pass over the waiting jobs, grouped by (TQ, level): the averages and
         # sums the policies weigh with, and the level counts matching draws from.
         # The TQ rows and the oldest jobs are then read by key (a join would have
@@ -179,7 +179,8 @@ class PriorityDB(AreaDB):
             rows = await self.conn.execute(
                 select(
                     tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-                    tq.c.job_class, tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
+                    tq.c.job_class, tq.c.min_ram_mb, tq.c.max_ram_mb, *(tq.c[f] for f in MULTI_VALUE_FIELDS),
+                    tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
                 ).where(tq.c.id.in_(part))
             )  # fmt: skip
             for row in rows:

@@ -2,6 +2,7 @@
 
 Waiting -> Matched -> Running -> Done | Failed
 Matched -> Waiting          (lease expired, or rescheduled)
+Matched -> Failed           (its pilot could not start it)
 Running -> Stalled -> Waiting | Failed
 Stalled -> Running | Done | Failed   (its pilot reports again)
 any non-final state -> Killed
@@ -34,7 +35,8 @@ HOLDING_A_SLOT = frozenset({JobStatus.Matched, JobStatus.Running})
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Killed}),
-    JobStatus.Matched: frozenset({JobStatus.Running, JobStatus.Waiting, JobStatus.Killed}),
+    # a pilot that cannot start its job fails it (DIRAC's pilots do, with a minor status)
+    JobStatus.Matched: frozenset({JobStatus.Running, JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}),
     JobStatus.Running: frozenset(
         {JobStatus.Running, JobStatus.Done, JobStatus.Failed, JobStatus.Stalled, JobStatus.Killed}
     ),
@@ -47,6 +49,12 @@ _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
 
 def allowed(current: JobStatus, new: JobStatus) -> bool:
     return new in _ALLOWED.get(current, frozenset())
+
+
+def starts(current: JobStatus, new: JobStatus) -> bool:
+    """Whether `current -> new` starts the job: its pilot confirms it. A pilot that fails
+    a Matched job never started it; a stalled job reporting again had started before."""
+    return current is JobStatus.Matched and new is JobStatus.Running
 
 
 def lease_lapsed(job: Any, by: datetime) -> bool:

@@ -10,24 +10,48 @@
 - No TQ goes below 0.001. In a group with `allow_background_tqs`, a TQ whose
   average real priority is at most 0.1 (its jobs have user priority 0) gets
   0.001 and takes nothing from the others.
+- Then, as DIRAC 9's `calculate_priority` does, the TQs of an entity whose
+  definitions differ only in sites, banned sites or RAM (variants of one
+  workflow) each get the sum of their priorities, so that a workflow split
+  over site-restricted queues keeps its whole weight at each of its sites.
+  `sum_variants` false (setting `priority.sum_site_variants`) keeps each its own.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
+from fairmatch.taskqueues.requirements import Requirements
 
 MIN_PRIORITY = 0.001
 BACKGROUND_LIMIT = 0.1
 
+# The definition fields the variants of one workflow may differ in (DIRAC 9's
+# priorityIgnoredFields); the rest of a TQ's definition is its workflow.
+VARIANT_FIELDS = frozenset({"sites", "banned_sites", "min_ram_mb", "max_ram_mb"})
+WORKFLOW_FIELDS = tuple(f.name for f in fields(Requirements) if f.name not in VARIANT_FIELDS)
+
+
+def workflow_of(definition: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A TQ's definition (a task_queues row) without its variant fields: the TQs of an
+    entity with equal workflows are variants of one another."""
+    return tuple(_comparable(definition[name]) for name in WORKFLOW_FIELDS)
+
+
+def _comparable(value: Any) -> Any:
+    """Value lists (stored sorted; arrays or JSON lists) as tuples, a missing one as none."""
+    if value is None or isinstance(value, (list, tuple)):
+        return tuple(value or ())
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class TqLoad:
-    """A TQ and its waiting jobs' real priorities."""
+    """A TQ, its waiting jobs' real priorities and its workflow (`workflow_of`)."""
 
     tq_id: int
     owner: str
@@ -35,6 +59,7 @@ class TqLoad:
     jobs: int
     avg_real_priority: float
     sum_real_priority: float
+    workflow: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,41 +126,69 @@ def decide(
     weight: Literal["avg", "sum"] = "avg",
     group_corrections: Mapping[str, float] | None = None,
     user_corrections: Mapping[tuple[str, str], float] | None = None,
+    sum_variants: bool = True,
 ) -> Decision:
     by_id = {load.tq_id: load for load in loads}
     entities = entities_of(loads, groups, group_corrections, user_corrections)
     priorities: dict[int, float] = {}
     origins: dict[int, dict[str, Any]] = {}
     for entity in entities:
-        policy = groups.get(entity.group, GroupPolicy())
         members = [by_id[i] for i in entity.tq_ids]
-        background = {
-            t.tq_id for t in members if policy.allow_background_tqs and t.avg_real_priority <= BACKGROUND_LIMIT
-        }
-        weights = {
-            t.tq_id: t.avg_real_priority if weight == "avg" else t.sum_real_priority
-            for t in members
-            if t.tq_id not in background
-        }
-        total = sum(weights.values())
-        for t in members:
-            if t.tq_id in background:
-                value = MIN_PRIORITY
-            else:
-                value = max(entity.share * weights[t.tq_id] / total, MIN_PRIORITY)
-            priorities[t.tq_id] = value
-            origins[t.tq_id] = {
-                "policy": "dirac",
-                "group": entity.group,
-                "owner": entity.owner,
-                "entity_share": entity.share,
-                "configured_share": entity.configured_share,
-                "group_correction": entity.group_correction,
-                "user_correction": entity.user_correction,
-                "weight_by": weight,
-                "weight": weights.get(t.tq_id),
-                "entity_weight": total,
-                "background": t.tq_id in background,
-                "floored": t.tq_id not in background and value == MIN_PRIORITY,
-            }
+        _split_share(entity, members, groups, weight, priorities, origins)
+        _sum_variants(members, sum_variants, priorities, origins)
     return Decision(priorities, origins, entities)
+
+
+def _split_share(
+    entity: Entity,
+    members: list[TqLoad],
+    groups: Mapping[str, GroupPolicy],
+    weight: Literal["avg", "sum"],
+    priorities: dict[int, float],
+    origins: dict[int, dict[str, Any]],
+) -> None:
+    """The entity's share over its TQs by weight, floored; background TQs get the minimum."""
+    policy = groups.get(entity.group, GroupPolicy())
+    background = {t.tq_id for t in members if policy.allow_background_tqs and t.avg_real_priority <= BACKGROUND_LIMIT}
+    weights = {
+        t.tq_id: t.avg_real_priority if weight == "avg" else t.sum_real_priority
+        for t in members
+        if t.tq_id not in background
+    }
+    total = sum(weights.values())
+    for t in members:
+        part = 0.0 if t.tq_id in background else entity.share * weights[t.tq_id] / total
+        value = max(part, MIN_PRIORITY)
+        priorities[t.tq_id] = value
+        origins[t.tq_id] = {
+            "policy": "dirac",
+            "group": entity.group,
+            "owner": entity.owner,
+            "entity_share": entity.share,
+            "configured_share": entity.configured_share,
+            "group_correction": entity.group_correction,
+            "user_correction": entity.user_correction,
+            "weight_by": weight,
+            "weight": weights.get(t.tq_id),
+            "entity_weight": total,
+            "background": t.tq_id in background,
+            "floored": t.tq_id not in background and value == MIN_PRIORITY,
+        }
+
+
+def _sum_variants(
+    members: list[TqLoad], summed: bool, priorities: dict[int, float], origins: dict[int, dict[str, Any]]
+) -> None:
+    """Each of an entity's TQs the sum of its variants' priorities (`summed`), or its own; its
+    origin says which, with its own priority and its variants."""
+    variants: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for t in members:
+        variants[t.workflow].append(t.tq_id)
+    own = {t.tq_id: priorities[t.tq_id] for t in members}
+    for t in members:
+        same = sorted(variants[t.workflow])
+        adds_up = summed and len(same) > 1
+        if adds_up:
+            priorities[t.tq_id] = sum(own[i] for i in same)
+        origins[t.tq_id]["own_priority"] = own[t.tq_id]
+        origins[t.tq_id]["variants"] = {"task_queues": same, "count": len(same), "summed": adds_up}

@@ -109,6 +109,11 @@ class PrioritySettings(Section):
         description="How an entity's share is split over its TQs: by the average (`avg`) or the "
         "sum (`sum`) of their jobs' real priorities.",
     )
+    sum_site_variants: bool = Field(
+        True,
+        description="dirac policy: the task queues of one entity whose definitions differ only in sites, "
+        "banned sites or RAM each get the sum of their priorities, as DIRAC 9 does; false: each its own.",
+    )
     sample_seconds: float = Field(
         60, gt=0, description="How often running jobs per group and owner are sampled for history."
     )
@@ -129,6 +134,11 @@ class PrioritySettings(Section):
             raise ValueError(
                 f"priority.corrections_enabled = true: share corrections are applied by the dirac "
                 f"policy only, and priority.policy is {self.policy!r}"
+            )
+        if not self.sum_site_variants and self.policy != "dirac":
+            raise ValueError(
+                f"priority.sum_site_variants = false: site variants are summed by the dirac policy only, "
+                f"and priority.policy is {self.policy!r}"
             )
         for section in ("rank", "multifactor"):
             if section in self.model_fields_set and self.policy != section:

@@ -21,7 +21,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, NotFound
-from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed
+from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed, starts
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.services import accounting, taskqueues
 from fairmatch.services.queueing import record_arrivals, refresh_priorities
@@ -89,18 +89,21 @@ async def report_status(
     report: StatusUpdate,
     settings: Settings,
     scope: JobScope = UNRESTRICTED,
+    *,
+    counted: bool = False,
 ) -> dict[str, Any]:
     """A pilot's report: the job takes the status if it may (404 out of the scope, 409 refused),
     with its event and, when it finishes, its charge; the whole job after.
 
     The transition, the charge and the scope are decided here and by their own rules
-    (`allowed`, `charge_for`, the scope's SQL); the data layer applies them in one
-    step (on PostgreSQL one statement). Waiting is a reschedule."""
+    (`allowed`, `starts`, `charge_for`, the scope's SQL); the data layer applies them in one
+    step (on PostgreSQL one statement). Waiting is a reschedule, `counted` in the job's
+    reschedules when its pilot hands it back (past `jobs.max_reschedules` the job fails)."""
     new = JobStatus(report.status)
     now = utcnow()
     if new is JobStatus.Waiting:
         rescheduled = await reschedule(
-            conn, job_id, now, settings, source="api", minor_status=report.minor_status, scope=scope
+            conn, job_id, now, settings, source="api", minor_status=report.minor_status, scope=scope, counted=counted
         )
         assert rescheduled is not None  # without `only_if` the job always moves
         return rescheduled
@@ -109,6 +112,7 @@ async def report_status(
             job_id=job_id,
             status=new,
             from_statuses=tuple(s.value for s in JobStatus if allowed(s, new)),
+            starting_from=tuple(s.value for s in JobStatus if starts(s, new)),
             minor_status=report.minor_status,
             cpu_seconds=report.cpu_seconds,
             wall_seconds=report.wall_seconds,
@@ -142,7 +146,8 @@ async def reschedule(
 
     With `only_if`, the job moves only if it holds for the row under its lock
     (a watchdog's re-check: a report may have just come); otherwise None is returned.
-    A `counted` return (one its owner did not ask for) adds to the job's reschedules;
+    A `counted` return (one its owner did not ask for: a lapsed lease, a stalled job, a
+    pilot handing the job back) adds to the job's reschedules;
     past `jobs.max_reschedules` the job fails instead.
     """
     async with conn.begin():

@@ -121,9 +121,10 @@ def _facts(rows: list[dict]) -> list[TqFacts]:
 
 def _tq_loads(rows: list[dict]) -> list[dirac.TqLoad]:
     return [
-        dirac.TqLoad(r["id"], r["owner"], r["owner_group"], r["jobs"], float(r["avg_rp"]), float(r["sum_rp"]))
+        dirac.TqLoad(r["id"], r["owner"], r["owner_group"], r["jobs"], float(r["avg_rp"]), float(r["sum_rp"]),
+                     dirac.workflow_of(r))
         for r in rows
-    ]
+    ]  # fmt: skip
 
 
 async def _corrections(
@@ -216,7 +217,8 @@ async def _decide_dirac(
     policies = await inputs.group_policies()
     corrections_on = settings.priority.corrections_enabled and bool(corrections.instances)
     applied = await _corrections(inputs, corrections, loads, policies, now) if corrections_on else UNCORRECTED
-    decision = dirac.decide(loads, policies, settings.priority.tq_weight, applied.groups, applied.owners)
+    decision = dirac.decide(loads, policies, settings.priority.tq_weight, applied.groups, applied.owners,
+                            settings.priority.sum_site_variants)  # fmt: skip
     return Outcome(decision.priorities, decision.origins, _dirac_report(decision), applied)
 
 
@@ -392,7 +394,8 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
             return
         last = await db.latest_corrections()
         policies = await db.group_policies()
-        decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, last.groups, last.owners)
+        decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, last.groups, last.owners,
+                                settings.priority.sum_site_variants)  # fmt: skip
         await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}))
 
 

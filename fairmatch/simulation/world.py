@@ -176,7 +176,8 @@ class World:
             r = q.requirements
             rows.append({
                 "id": q.tq_id, "owner": r.owner, "owner_group": r.owner_group, "vo": r.vo, "cpu_time": r.cpu_time,
-                "priority_class": r.priority_class, "job_class": r.job_class, "levels": counts, **load_of(counts),
+                "priority_class": r.priority_class, "job_class": r.job_class,
+                **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}, "levels": counts, **load_of(counts),
                 "submitted_at": self.at(q.oldest()),
             })  # fmt: skip
         return rows

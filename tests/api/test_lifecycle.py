@@ -1,6 +1,6 @@
 """The job lifecycle through the HTTP API (docs/explanation/jobs.md).
 
-Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule);
+Waiting -> Matched -> Running -> Done | Failed; Matched -> Waiting (reschedule) | Failed;
 Running -> Stalled -> Waiting | Failed | Running | Done; any non-final state -> Killed;
 Running -> Running is the heartbeat. Everything else is a 409 that changes nothing.
 A job is in tq_jobs exactly while it is Waiting; job_events records each transition once.
@@ -258,6 +258,76 @@ def test_each_transition_is_recorded_once_in_job_events(client, database):
     ]  # fmt: skip
 
 
+# --- what a pilot may do with the job it was handed -------------------------------------
+
+
+def test_a_pilot_may_fail_a_matched_job_it_could_not_start(client, database):
+    job_id = job_in(client, "Matched")
+    job = report_ok(client, job_id, "Failed", minor_status="Input data not available")
+    assert job["minor_status"] == "Input data not available"
+    assert job["finished_at"] is not None and job["lease_expires_at"] is None
+    assert job["started_at"] is None  # it never ran
+    assert job["cpu_seconds"] is None and job["wall_seconds"] is None
+    assert not in_tq_jobs(database, job_id)
+    assert events(database, job_id) == ["Waiting", "Matched", "Failed"]
+    assert count_rows(database, "job_events", "job_id = :j AND minor_status = :m", j=job_id,
+                      m="Input data not available") == 1  # fmt: skip
+    assert count_rows(database, "usage_charges") == 0  # no CPU reported, none charged
+    assert_problem(report(client, job_id, "Running"), 409)  # final
+
+
+def test_a_matched_job_failed_with_cpu_seconds_is_charged_what_was_reported(client, database):
+    job_id = job_in(client, "Matched")
+    job = report_ok(client, job_id, "Failed", cpu_seconds=12.5, wall_seconds=20)
+    assert (job["cpu_seconds"], job["wall_seconds"]) == (12.5, 20)
+    assert job["started_at"] is None and job["lease_expires_at"] is None
+    assert count_rows(database, "usage_charges", "job_id = :j", j=job_id) == 1
+
+
+def test_a_matched_job_failed_by_its_pilot_frees_its_slot_at_the_site(client):
+    r = client.put("/limits", json={"limits": [
+        {"site": "S1", "attribute": "owner_group", "value": "physics", "running_limit": 1}]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    both = set(submit(client, spec(), spec()))
+    first = match(client)["job_id"]
+    assert client.post("/match", json=PILOT).status_code == 204  # the one slot is taken
+    report_ok(client, first, "Failed", minor_status="could not start")
+    assert match(client)["job_id"] == (both - {first}).pop()
+
+
+def test_a_pilot_handing_its_job_back_counts_up_to_max_reschedules(as_role, database):
+    """Each return to Waiting the pilot asks for counts; the one past jobs.max_reschedules (3)
+    fails the job, as a lapsed lease or a stalled job would."""
+    admin, pilot = as_role("admin"), as_role("pilot", "p1")
+    job_id = submit_one(admin)
+    for counted in (1, 2, 3):
+        assert match(pilot)["job_id"] == job_id
+        job = report_ok(pilot, job_id, "Waiting", minor_status="pilot gave up")
+        assert job["reschedules"] == counted and job["minor_status"] == "pilot gave up"
+        assert in_tq_jobs(database, job_id)
+    assert match(pilot)["job_id"] == job_id
+    r = report(pilot, job_id, "Waiting")
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["status"] == "Failed" and job["minor_status"] == "Maximum of reschedulings reached"
+    assert job["reschedules"] == 3 and job["finished_at"] is not None
+    assert not in_tq_jobs(database, job_id)
+    assert events(database, job_id)[-2:] == ["Matched", "Failed"]
+
+
+@pytest.mark.parametrize("role", ["admin", "operator"])
+def test_an_operators_or_admins_own_reschedule_is_not_counted(as_role, database, role):
+    admin, pilot, own = as_role("admin"), as_role("pilot", "p1"), as_role(role)
+    job_id = submit_one(admin)
+    for _ in range(4):  # one more than jobs.max_reschedules
+        assert match(pilot)["job_id"] == job_id
+        job = report_ok(own, job_id, "Waiting", minor_status="rescheduled by hand")
+        assert job["reschedules"] == 0
+    report_ok(pilot, match(pilot)["job_id"], "Running")
+    report_ok(own, job_id, "Stalled")
+    assert report_ok(own, job_id, "Waiting")["reschedules"] == 0
+
+
 # --- every other transition is refused -------------------------------------------------
 
 STATES = ["Waiting", "Matched", "Running", "Stalled", "Done", "Failed", "Killed"]
@@ -265,6 +335,7 @@ REPORTABLE = ["Running", "Done", "Failed", "Stalled", "Waiting"]
 LEGAL = {
     ("Matched", "Running"),
     ("Matched", "Waiting"),
+    ("Matched", "Failed"),  # its pilot could not start it
     ("Running", "Running"),
     ("Running", "Done"),
     ("Running", "Failed"),

@@ -1,4 +1,5 @@
-"""The rank and multifactor policies end to end, and priority classes above every policy."""
+"""The rank and multifactor policies end to end, DIRAC 9's sum of site variants under the dirac
+policy, and priority classes above every policy."""
 
 from __future__ import annotations
 
@@ -145,3 +146,76 @@ def test_sprio_and_sshare_commands_explain_the_last_run(quiet_server, tmp_path, 
     console.print(sshare_table(sshare))
     text = console.export_text()
     assert "ann" in text and "bob" in text
+
+
+# --- dirac: a workflow split over site-restricted queues keeps its weight at each site ----------
+
+CERN, CNAF, RAL = "LCG.CERN.cern", "LCG.CNAF.it", "LCG.RAL.uk"
+
+
+def submit_site_variants(api) -> None:
+    """alice (alone in lhcb, share 1200) has four queues of average real priority 1: 300 each.
+    Three are one MCSimulation workflow at different sites (two restricted, one banning a
+    site); the fourth is another workflow (User jobs)."""
+    put_group(api, "lhcb", 1200)
+    submit(api, "lhcb", 2, owner="alice", job_types=["MCSimulation"], sites=[CERN])
+    submit(api, "lhcb", 1, owner="alice", job_types=["MCSimulation"], sites=[CNAF])
+    submit(api, "lhcb", 1, owner="alice", job_types=["MCSimulation"], banned_sites=[RAL])
+    submit(api, "lhcb", 1, owner="alice", job_types=["User"])
+
+
+def by_workflow(api) -> dict[tuple, dict]:
+    tqs = api.get("/taskqueues").json()["task_queues"]
+    return {(*tq["job_types"], *tq["sites"], *(f"not {s}" for s in tq["banned_sites"])): tq for tq in tqs}
+
+
+def test_dirac_gives_each_site_variant_of_a_workflow_the_sum_of_their_priorities(quiet_server):
+    with quiet_server().client() as api:
+        submit_site_variants(api)
+        assert api.post("/priorities/recompute").status_code == 200
+        tqs = by_workflow(api)
+        variants = [tqs[("MCSimulation", CERN)], tqs[("MCSimulation", CNAF)], tqs[("MCSimulation", f"not {RAL}")]]
+        ids = sorted(tq["task_queue_id"] for tq in variants)
+        for tq in variants:  # 300 + 300 + 300
+            assert tq["priority"] == pytest.approx(900)
+            origin = tq["priority_origin"]
+            assert origin["own_priority"] == pytest.approx(300)
+            assert origin["variants"] == {"task_queues": ids, "count": 3, "summed": True}
+        assert tqs[("User",)]["priority"] == pytest.approx(300)
+        assert tqs[("User",)]["priority_origin"]["variants"]["count"] == 1
+        # sprio and the dry run explain it the same way
+        sprio = api.get("/priorities").json()
+        explained = {tq["task_queue_id"]: tq for tq in sprio["task_queues"]}
+        assert explained[ids[0]]["origin"]["variants"]["summed"] is True
+        assert explained[ids[0]]["priority"] == pytest.approx(900)
+        console = Console(width=200, record=True)
+        console.print(sprio_table(sprio))
+        assert console.export_text().count("3 summed") == 3
+        dry = api.post(
+            "/taskqueues/matching", json={"Site": CERN, "CPUTime": 10**6, "JobType": ["MCSimulation", "User"]}
+        )
+        assert dry.status_code == 200, dry.text
+        at_cern = {tq["task_queue_id"]: tq for tq in dry.json()["task_queues"]}
+        cern = tqs[("MCSimulation", CERN)]["task_queue_id"]
+        assert at_cern[cern]["priority_origin"]["variants"]["count"] == 3
+        # at CERN, alice's MC workflow weighs 900 against her User queue's 300 (the banning
+        # variant is eligible too: 900 + 900 + 300)
+        assert at_cern[cern]["probability"] == pytest.approx(900 / 2100, rel=1e-3)
+
+
+def test_dirac_without_the_sum_keeps_each_variant_its_own_priority(server_factory, clean):
+    server = server_factory(PRIORITY__SUM_SITE_VARIANTS="false", PRIORITY__INTERVAL_SECONDS="3600")
+    with server.client() as api:
+        submit_site_variants(api)
+        assert api.post("/priorities/recompute").status_code == 200
+        tqs = by_workflow(api)
+        assert {key: tq["priority"] for key, tq in tqs.items()} == pytest.approx(
+            {("MCSimulation", CERN): 300, ("MCSimulation", CNAF): 300, ("MCSimulation", f"not {RAL}"): 300,
+             ("User",): 300}
+        )  # fmt: skip
+        assert tqs[("User",)]["priority_origin"]["variants"]["summed"] is False
+        assert tqs[("MCSimulation", CERN)]["priority_origin"]["variants"] == {
+            "task_queues": sorted(tq["task_queue_id"] for key, tq in tqs.items() if key[0] == "MCSimulation"),
+            "count": 3,
+            "summed": False,
+        }

@@ -223,10 +223,8 @@ def test_new_task_queues_get_provisional_priorities_at_once(client):
     client.post("/jobs", json={"jobs": [{"owner": "b", "owner_group": "big"}]})
     assert priorities() == {("big", "a"): 1500, ("big", "b"): 1500}  # a's share was split at once
     client.post("/jobs", json={"jobs": [{"owner": "c", "owner_group": "small", "user_priority": 3},
-                                        {"owner": "c", "owner_group": "small", "sites": ["X"]}]})  # fmt: skip
-    tqs = {
-        (t["owner_group"], tuple(t["sites"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]
-    }
+                                        {"owner": "c", "owner_group": "small", "tags": ["X"]}]})  # fmt: skip
+    tqs = {(t["owner_group"], tuple(t["tags"])): t["priority"] for t in client.get("/taskqueues").json()["task_queues"]}
     assert tqs[("small", ())] == pytest.approx(750) and tqs[("small", ("X",))] == pytest.approx(250)
     assert tqs[("big", ())] == 1500
 

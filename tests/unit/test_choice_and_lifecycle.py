@@ -91,7 +91,7 @@ def test_a_drained_level_is_passed_over_and_a_drained_queue_leaves_the_draw():
 LEGAL = {
     (JobStatus.Waiting, JobStatus.Matched), (JobStatus.Waiting, JobStatus.Killed),
     (JobStatus.Matched, JobStatus.Running), (JobStatus.Matched, JobStatus.Waiting),
-    (JobStatus.Matched, JobStatus.Killed), (JobStatus.Running, JobStatus.Running),
+    (JobStatus.Matched, JobStatus.Killed), (JobStatus.Matched, JobStatus.Failed), (JobStatus.Running, JobStatus.Running),
     (JobStatus.Running, JobStatus.Done), (JobStatus.Running, JobStatus.Failed),
     (JobStatus.Running, JobStatus.Stalled), (JobStatus.Running, JobStatus.Killed),
     (JobStatus.Stalled, JobStatus.Waiting), (JobStatus.Stalled, JobStatus.Failed),
