@@ -21,6 +21,7 @@ from fairmatch.api import (
     matching,
     observe,
     openapi,
+    pilots,
     priorities,
     problems,
     site_limits,
@@ -56,6 +57,7 @@ ROUTERS: list[tuple[APIRouter, str]] = [
     (priorities.router, API_PREFIX),
     (status_api.router, API_PREFIX),
     (site_limits.router, API_PREFIX),
+    (pilots.router, API_PREFIX),
     (health.router, ""),
 ]
 # What pilots call thousands of times a second: POST /match and their status reports.

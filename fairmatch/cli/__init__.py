@@ -15,7 +15,20 @@ import sys
 
 import typer
 
-from fairmatch.cli import associations, db, groups, jobs, limits, matching, priorities, serve, simulate, status, token
+from fairmatch.cli import (
+    associations,
+    db,
+    groups,
+    jobs,
+    limits,
+    matching,
+    pilots,
+    priorities,
+    serve,
+    simulate,
+    status,
+    token,
+)
 from fairmatch.cli.common import EXIT_FAILED
 
 cli = typer.Typer(
@@ -31,7 +44,7 @@ for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, statu
     cli.add_typer(commands)
 for name, group in (
     ("db", db.app), ("token", token.app), ("associations", associations.app),
-    ("groups", groups.app), ("jobs", jobs.app), ("limits", limits.app),
+    ("groups", groups.app), ("jobs", jobs.app), ("limits", limits.app), ("pilots", pilots.app),
 ):  # fmt: skip
     cli.add_typer(group, name=name)
 

@@ -34,6 +34,7 @@ from fairmatch.metrics import (
 )
 from fairmatch.services import taskqueues
 from fairmatch.services.keeper import Keeper
+from fairmatch.services.pilots import tally_of
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.matching")
@@ -49,6 +50,12 @@ def _answer(row: Any, tq_id: int) -> dict[str, Any]:
     answer = job_dict(row)
     answer["task_queue_id"] = tq_id
     return answer
+
+
+def _pilot_ce(resource: ResourceDescription) -> str | None:
+    """The CE a pilot runs behind: the one GridCE it names (none when it names several)."""
+    ces = [resource.grid_ce] if isinstance(resource.grid_ce, str) else list(resource.grid_ce or ())
+    return ces[0] if len(ces) == 1 else None
 
 
 async def match(
@@ -67,10 +74,25 @@ async def match(
     result = "error"
     try:
         job, result = await _match(conn, resource, settings, rng, requester, keeper)
+        if result == "no_match" and resource.pilot_reference is not None:
+            _count_empty(conn, resource, requester)
         return job
     finally:
         _match_requests(result).inc()
         MATCH_DURATION.observe(time.perf_counter() - started)
+
+
+def _count_empty(conn: AsyncConnection, resource: ResourceDescription, requester: str) -> None:
+    """A 204 for a pilot on record: counted in this process, written by the background loop."""
+    assert resource.pilot_reference is not None
+    tally_of(conn.engine).count(
+        resource.pilot_reference,
+        requester=requester,
+        site=resource.site,
+        grid_ce=_pilot_ce(resource),
+        benchmark=resource.pilot_benchmark,
+        at=utcnow(),
+    )
 
 
 @functools.cache
@@ -124,9 +146,11 @@ async def _match(
     claimant = Claimant(
         site=resource.site,
         pilot_reference=resource.pilot_reference,
+        grid_ce=_pilot_ce(resource),
         requester=requester,
         request_id=resource.request_id,
         lease_seconds=settings.jobs.matched_lease_seconds,
+        benchmark=resource.pilot_benchmark,
     )
     try:
         claimed = await run_matcher(

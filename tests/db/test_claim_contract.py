@@ -86,7 +86,9 @@ class Harness:
             return self.world.claims_at(self._seconds, lambda submitter: 3600.0)
         conn = await self.engine.connect()
         self._connections.append(conn)
-        claimant = Claimant(SITE, pilot_reference=None, requester="pilot", request_id=request_id, lease_seconds=600)
+        claimant = Claimant(
+            SITE, pilot_reference=None, grid_ce=None, requester="pilot", request_id=request_id, lease_seconds=600
+        )
         return ClaimDB.claiming(conn, claimant, random.Random(seed))
 
     async def close(self) -> None:

@@ -39,7 +39,9 @@ async def scalar(engine, stmt):
 
 
 async def claim(engine, target: ClaimTarget, site: str = "LCG.CERN.cern", seed: int = 1):
-    claimant = Claimant(site, pilot_reference=None, requester="pilot", request_id=None, lease_seconds=NOW_LEASE)
+    claimant = Claimant(
+        site, pilot_reference=None, grid_ce=None, requester="pilot", request_id=None, lease_seconds=NOW_LEASE
+    )
     async with engine.connect() as conn:
         return await ClaimDB.claiming(conn, claimant, random.Random(seed)).claim(target)
 
