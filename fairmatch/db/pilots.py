@@ -168,8 +168,10 @@ _ARRAY_TYPES = {
 
 def _postgres_flush() -> Any:
     """One statement for any number of pilots: the values arrive as one array per column."""
-    rows = func.unnest(*(bindparam(name, type_=_ARRAY_TYPES[name]) for name in _EMPTY_COLUMNS)).table_valued(
-        *(column(name) for name in _EMPTY_COLUMNS)
+    rows = (
+        func.unnest(*(bindparam(name, type_=_ARRAY_TYPES[name]) for name in _EMPTY_COLUMNS))
+        .table_valued(*(column(name) for name in _EMPTY_COLUMNS))
+        .render_derived(name="counted")
     )
     source = select(*(rows.c[name] for name in _EMPTY_COLUMNS), literal(0, Integer).label("matches"))
     stmt = PostgresInsert(pilots).from_select([*_EMPTY_COLUMNS, "matches"], source)
