@@ -9,7 +9,7 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from fairmatch.api.deps import Connection, PilotsAndOperators
 from fairmatch.api.schemas import Pilot, PilotPage
@@ -22,6 +22,20 @@ from fairmatch.services import pilots as pilot_service
 router = APIRouter(prefix="/pilots", tags=["pilots"])
 
 MAX_CURSOR = 2048  # a timestamp and a reference of up to 255 characters, encoded
+MAX_TIME = 64  # an ISO 8601 time, with room to spare
+
+
+def _short_time(value: object) -> object:
+    if isinstance(value, str) and len(value) > MAX_TIME:
+        raise ValueError(f"a time is at most {MAX_TIME} characters")
+    return value
+
+
+Time = Annotated[
+    datetime,
+    BeforeValidator(_short_time),
+    WithJsonSchema({"type": "string", "format": "date-time", "maxLength": MAX_TIME}),
+]
 
 
 def encode_cursor(after: Cursor) -> str:
@@ -46,7 +60,7 @@ class PilotQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     site: str | None = Field(None, max_length=MAX_NAME, pattern=NAME_PATTERN, description="Pilots at this site.")
-    since: datetime | None = Field(
+    since: Time | None = Field(
         None, description="Pilots first seen at or after this time (ISO 8601; without an offset, UTC)."
     )
     reference: str | None = Field(
