@@ -15,7 +15,7 @@ from fairmatch.api.deps import Connection, PilotsAndOperators
 from fairmatch.api.schemas import Pilot, PilotPage
 from fairmatch.auth.tokens import Principal
 from fairmatch.db.pilots import Cursor, PilotFilter
-from fairmatch.errors import BadRequest
+from fairmatch.errors import BadRequest, InvalidInput
 from fairmatch.fields import MAX_NAME, NAME_PATTERN
 from fairmatch.services import pilots as pilot_service
 
@@ -50,7 +50,7 @@ def decode_cursor(cursor: str) -> Cursor:
         if not isinstance(reference, str) or first_seen.tzinfo is None:
             raise ValueError(cursor)
         return first_seen.astimezone(UTC), reference
-    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+    except (ValueError, TypeError, OverflowError, binascii.Error, orjson.JSONDecodeError):
         raise BadRequest("cursor is not one this service gave out") from None
 
 
@@ -75,17 +75,23 @@ def _own_only(caller: Principal) -> str | None:
     return None if caller.privileged else caller.sub
 
 
-def _utc(moment: datetime | None) -> datetime | None:
+def _utc(moment: datetime | None, key: str) -> datetime | None:
     if moment is None:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # year 1 east of Greenwich, year 9999 west of it
+        raise InvalidInput(
+            f"{key} is outside the times this service can compare",
+            [{"loc": ["query", key], "msg": "time out of range", "type": "value_error"}],
+        ) from None
 
 
 @router.get("", response_model=PilotPage, summary="Pilots on record, newest first")
 async def list_pilots(caller: PilotsAndOperators, conn: Connection, query: Annotated[PilotQuery, Query()]) -> dict:
     """Newest first by first seen. A pilot sees only the pilots of its own token's subject."""
     where = PilotFilter(
-        site=query.site, since=_utc(query.since), reference=query.reference, requester=_own_only(caller)
+        site=query.site, since=_utc(query.since, "since"), reference=query.reference, requester=_own_only(caller)
     )
     after = decode_cursor(query.cursor) if query.cursor else None
     page, next_after = await pilot_service.list_pilots(conn, where, after, query.limit)
