@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -23,6 +24,7 @@ router = APIRouter(prefix="/pilots", tags=["pilots"])
 
 MAX_CURSOR = 2048  # a timestamp and a reference of up to 255 characters, encoded
 MAX_TIME = 64  # an ISO 8601 time, with room to spare
+NAME = re.compile(NAME_PATTERN)
 
 
 def _short_time(value: object) -> object:
@@ -47,7 +49,9 @@ def decode_cursor(cursor: str) -> Cursor:
     try:
         stamp, reference = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         first_seen = datetime.fromisoformat(stamp)
-        if not isinstance(reference, str) or first_seen.tzinfo is None:
+        if not (isinstance(reference, str) and len(reference) <= MAX_NAME and NAME.match(reference)):
+            raise ValueError(cursor)
+        if first_seen.tzinfo is None:
             raise ValueError(cursor)
         return first_seen.astimezone(UTC), reference
     except (ValueError, TypeError, OverflowError, binascii.Error, orjson.JSONDecodeError):

@@ -8,6 +8,7 @@ progress, so once it returns every 204 answered before is in the database.
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from urllib.parse import quote
 
@@ -228,6 +229,8 @@ def test_an_unknown_query_parameter_is_422_naming_it(client, params):
         ({"site": "x\x01"}, 422, "site"),
         ({"reference": "r" * 256}, 422, "reference"),
         ({"cursor": "bm90IGEgY3Vyc29y"}, 400, None),
+        ({"cursor": base64.urlsafe_b64encode(b'["2026-11-25T00:00:00+00:00","x\\u0000"]').decode()}, 400, None),
+        ({"cursor": base64.urlsafe_b64encode(b'["2026-11-25T00:00:00","x"]').decode()}, 400, None),
     ],
 )
 def test_bad_listing_parameters_are_refused(client, params, status, key):
