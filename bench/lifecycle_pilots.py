@@ -1,12 +1,15 @@
 """Pilots that run jobs' whole lives over HTTP: match, Running, Done.
 
-    python -m bench.lifecycle_pilots ROOT RESOURCES_FILE --pilots 8 --seconds 20 [--seed 0]
+    python -m bench.lifecycle_pilots ROOT RESOURCES_FILE --pilots 8 --seconds 20 [--seed 0] [--pilot-life 30]
 
 Each pilot holds one keep-alive connection and loops: POST /api/v1/match with
 its resource description; on 200 it reports the job Running, then Done with
 CPU and wall seconds; on 204 it takes its next description (round robin, each
 pilot from its own offset in the file). After the deadline a pilot starts no
-new match but finishes the life it is in, so no job is left Matched.
+new match but finishes the life it is in, so no job is left Matched. Each
+pilot sends a PilotReference of its own and takes a new one after
+`--pilot-life` jobs, as a pilot's life ends and another takes its slot
+(0: none is sent).
 
 The generator shares the cores with the server and PostgreSQL, so it is kept
 cheap: the standard library only, requests formatted by hand, answers read by
@@ -30,6 +33,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from bench.pilots import PILOT_LIFE
 
 MATCH_PATH = "/api/v1/match"
 STATUS_PATH = "/api/v1/jobs/{}/status"
@@ -62,6 +67,11 @@ def parse_head(head: bytes) -> tuple[int, int, bool]:
         elif name == b"transfer-encoding":
             raise ValueError(f"transfer-encoding {value.strip().decode()} is not read")
     return status, length, close
+
+
+def with_reference(resource: bytes, reference: str) -> bytes:
+    """The resource description with the pilot's PilotReference added."""
+    return resource.rstrip()[:-1] + b',"PilotReference":' + json.dumps(reference).encode() + b"}"
 
 
 def done_body(rng: random.Random) -> bytes:
@@ -134,11 +144,17 @@ class Stats:
 
 
 async def pilot(conn: Connection, matches: list[bytes], start: int, deadline: float, stats: Stats,
-                rng: random.Random) -> None:  # fmt: skip
-    """Match, Running, Done until the deadline; a 204 or a failed match moves to the next description."""
+                rng: random.Random, name: str | None = None, life: int = PILOT_LIFE) -> None:  # fmt: skip
+    """Match, Running, Done until the deadline; a 204 or a failed match moves to the next description.
+    With a `name`, the pilot sends the PilotReference `<name>.<n>`, n one more after every `life` jobs."""
     i = start
+    jobs = 0
     while time.perf_counter() < deadline:
-        status, body = await stats.send(conn, "match", matches[i % len(matches)])
+        request = matches[i % len(matches)]
+        if name is not None and life > 0:
+            resource = request.partition(b"\r\n\r\n")[2]
+            request = request_bytes("POST", MATCH_PATH, with_reference(resource, f"{name}.{jobs // life}"), conn.host)
+        status, body = await stats.send(conn, "match", request)
         if status != 200:
             i += 1
             if status is None:
@@ -148,15 +164,18 @@ async def pilot(conn: Connection, matches: list[bytes], start: int, deadline: fl
         if found is None:
             stats.errors["match 200 without job_id"] += 1
             continue
+        jobs += 1
         path = STATUS_PATH.format(found.group(1).decode())
         status, _ = await stats.send(conn, "running", request_bytes("POST", path, RUNNING, conn.host))
         if status == 200:
             await stats.send(conn, "done", request_bytes("POST", path, done_body(rng), conn.host))
 
 
-async def run(root: str, resources: list[bytes], pilots: int, seconds: float, seed: int = 0, ready=None) -> dict:
+async def run(root: str, resources: list[bytes], pilots: int, seconds: float, seed: int = 0, ready=None,
+              pilot_life: int = PILOT_LIFE) -> dict:  # fmt: skip
     """`pilots` pilots for `seconds` against the server at `root`; `ready()` is awaited
-    once every connection is open, before the clock starts."""
+    once every connection is open, before the clock starts. Each sends PilotReferences of its
+    own, a new one every `pilot_life` jobs (0: none)."""
     parts = urlsplit(root)
     host, port = parts.hostname, parts.port or 80
     matches = [request_bytes("POST", MATCH_PATH, r, host) for r in resources]
@@ -165,15 +184,15 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
     if ready is not None:
         await ready()
     stats = Stats()
+    run_tag = os.urandom(4).hex()  # each run's pilots are new ones
     cpu, started = os.times(), time.perf_counter()
     tasks = [
         asyncio.create_task(
-            pilot(
-                c, matches, k * len(matches) // pilots, started + seconds, stats, random.Random(f"lifecycle:{seed}:{k}")
-            )
+            pilot(c, matches, k * len(matches) // pilots, started + seconds, stats, random.Random(f"lifecycle:{seed}:{k}"),
+                  f"https://bench-ce.example.org:9619/{run_tag}.{k}", pilot_life)
         )
         for k, c in enumerate(conns)
-    ]
+    ]  # fmt: skip
     _, pending = await asyncio.wait(tasks, timeout=seconds + GRACE_S)
     for task in pending:
         task.cancel()
@@ -188,7 +207,7 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
         c.close()
     jobs, matched, no_match = stats.status["done"][200], stats.status["match"][200], stats.status["match"][204]
     return {
-        "pilots": pilots, "seconds": seconds, "duration_s": round(duration, 3),
+        "pilots": pilots, "seconds": seconds, "duration_s": round(duration, 3), "pilot_life": pilot_life,
         "jobs": jobs, "matches": matched, "no_match": no_match,
         "jobs_per_s": jobs / duration, "matches_per_s": matched / duration, "no_match_per_s": no_match / duration,
         "requests": {kind: {**summary(stats.latency[kind]), "status": {str(s): n for s, n in sorted(c.items())}}
@@ -219,10 +238,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-wait", action="store_true", help="start at once instead of waiting for stdin")
+    parser.add_argument("--pilot-life", type=int, default=PILOT_LIFE,
+                        help=f"jobs per PilotReference; 0 sends none (default {PILOT_LIFE})")  # fmt: skip
     args = parser.parse_args(argv)
     resources = read_resources(args.resources_file)
     ready = None if args.no_wait else (lambda: _ready_on_stdin(args.pilots))
-    result = asyncio.run(run(args.root, resources, args.pilots, args.seconds, args.seed, ready))
+    result = asyncio.run(run(args.root, resources, args.pilots, args.seconds, args.seed, ready, args.pilot_life))
     print(json.dumps(result, separators=(",", ":")), flush=True)
 
 

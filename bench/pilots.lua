@@ -2,7 +2,11 @@
 -- read from a file (one JSON object a line), taken round-robin, each thread
 -- starting at its own offset so that threads do not send the same sequence.
 --
--- wrk -t T -c C -d Ds -s bench/pilots.lua URL -- PATH FILE THREADS [DELAY_MS]
+-- wrk -t T -c C -d Ds -s bench/pilots.lua URL -- PATH FILE THREADS [DELAY_MS [LIFE RUN]]
+--
+-- With LIFE > 0 each description stands for a pilot that sends a PilotReference
+-- of its own (unique per run, thread and description), and a new one after LIFE
+-- requests, as a pilot's life ends and another takes its slot; LIFE 0 sends none.
 --
 -- wrk runs one Lua state per thread, and done() runs in yet another one: the
 -- per-thread counters are reached through the thread objects kept in setup().
@@ -16,17 +20,26 @@ function setup(thread)
 end
 
 local requests = {}
+local bodies = {}
+local uses = {}
 local next_index = 1
 local mean_delay_ms = 0
+local life = 0
+local run_tag = "run"
+local match_path = ""
+local headers = { ["Content-Type"] = "application/json" }
 statuses = {}  -- global: read by done() through thread:get
 
 function init(args)
    local path, file, nthreads = args[1], args[2], tonumber(args[3])
    mean_delay_ms = tonumber(args[4] or "0")
-   local headers = { ["Content-Type"] = "application/json" }
+   life = tonumber(args[5] or "0")
+   run_tag = args[6] or run_tag
+   match_path = path
    for line in io.lines(file) do
       if line:find("%S") then
          table.insert(requests, wrk.format("POST", path, headers, line))
+         table.insert(bodies, (line:gsub("%s*}%s*$", "")))
       end
    end
    if #requests == 0 then
@@ -44,9 +57,16 @@ function init(args)
 end
 
 function request()
-   local r = requests[next_index]
+   local i = next_index
    next_index = next_index % #requests + 1
-   return r
+   if life <= 0 then
+      return requests[i]
+   end
+   local n = uses[i] or 0
+   uses[i] = n + 1
+   local reference = string.format("https://bench-ce.example.org:9619/%s.%d.%d.%d", run_tag, id, i,
+                                   math.floor(n / life))
+   return wrk.format("POST", match_path, headers, bodies[i] .. ',"PilotReference":"' .. reference .. '"}')
 end
 
 function response(status, headers, body)

@@ -10,12 +10,18 @@ wrk measures latency from the moment a request is sent, not from when it was
 due. Under overload requests queue up before they are sent and that waiting is
 not in the figures (coordinated omission): the result's `rps` against
 `offered_rps` is the check that the offered rate was actually delivered.
+
+Pilots are recorded as on a site: each description is a pilot that sends its own
+`PilotReference`, a new one every `PILOT_LIFE` requests (a pilot's life ends,
+another takes its slot), with the file's `PilotBenchmark`. `pilot_life=0` sends
+no reference, to measure /match without pilots recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -24,6 +30,7 @@ from urllib.parse import urlsplit
 
 SCRIPT = Path(__file__).with_name("pilots.lua")
 MATCH_PATH = "/api/v1/match"
+PILOT_LIFE = 30  # requests of one pilot before the next takes its description
 
 
 def write_resources(resources: Iterable[dict], path: Path) -> int:
@@ -38,9 +45,10 @@ def write_resources(resources: Iterable[dict], path: Path) -> int:
 
 def wrk_command(
     url: str, resources_file: Path, connections: int, seconds: float, threads: int = 1,
-    rate: float | None = None, timeout_s: float = 10,
+    rate: float | None = None, timeout_s: float = 10, pilot_life: int = PILOT_LIFE,
 ) -> list[str]:  # fmt: skip
-    """`url` is the service root (…/api/v1/match is added) or the full match URL."""
+    """`url` is the service root (…/api/v1/match is added) or the full match URL;
+    `pilot_life` requests per PilotReference (0: none sent)."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise FileNotFoundError("wrk is not installed (on Debian/Ubuntu: apt-get install wrk)")
@@ -57,6 +65,7 @@ def wrk_command(
         wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
         f"--timeout={timeout_s}s", "-s", str(SCRIPT), f"{parts.scheme}://{parts.netloc}",
         "--", path, str(Path(resources_file).resolve()), str(threads), f"{delay_ms:.3f}",
+        str(pilot_life), secrets.token_hex(4),
     ]  # fmt: skip
 
 
@@ -72,7 +81,7 @@ def parse_output(stdout: str) -> dict:
 
 def run_pilots(
     url: str, resources_file: Path, connections: int, seconds: float, threads: int = 1,
-    rate: float | None = None,
+    rate: float | None = None, pilot_life: int = PILOT_LIFE,
 ) -> dict:  # fmt: skip
     """Run wrk and return pilots.lua's result, plus the run's parameters.
 
@@ -81,12 +90,12 @@ def run_pilots(
     timeout}, latency_ms {mean, p50, p90, p99, p99.9, max}, cdf_ms [[percentile,
     ms], …], connections, threads, offered_rps (None for the closed loop).
     """
-    command = wrk_command(url, resources_file, connections, seconds, threads, rate)
+    command = wrk_command(url, resources_file, connections, seconds, threads, rate, pilot_life=pilot_life)
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed (exit {done.returncode}): {done.stderr or done.stdout}")
     result = parse_output(done.stdout)
-    result.update(connections=connections, threads=int(command[1][2:]), offered_rps=rate)
+    result.update(connections=connections, threads=int(command[1][2:]), offered_rps=rate, pilot_life=pilot_life)
     return result
 
 
@@ -98,8 +107,11 @@ def main() -> None:
     parser.add_argument("-d", "--seconds", type=float, default=10)
     parser.add_argument("-t", "--threads", type=int, default=1)
     parser.add_argument("-R", "--rate", type=float, default=None)
+    parser.add_argument("--pilot-life", type=int, default=PILOT_LIFE,
+                        help=f"requests per PilotReference; 0 sends none (default {PILOT_LIFE})")  # fmt: skip
     args = parser.parse_args()
-    result = run_pilots(args.url, args.resources_file, args.connections, args.seconds, args.threads, args.rate)
+    result = run_pilots(args.url, args.resources_file, args.connections, args.seconds, args.threads, args.rate,
+                        pilot_life=args.pilot_life)  # fmt: skip
     result.pop("cdf_ms")
     print(json.dumps(result, indent=2))
 

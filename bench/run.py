@@ -65,6 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
     parser.add_argument("--profile", action="store_true",
                         help="flame graphs (py-spy) of the server during the 64-connection and 64-pilot runs")  # fmt: skip
+    parser.add_argument("--without-pilots", action="store_true",
+                        help="pilots send no PilotReference nor PilotBenchmark: /match records no pilot")  # fmt: skip
     parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),
                         help="a PostgreSQL superuser URL; the benchmark creates its database beside it")  # fmt: skip
     return parser.parse_args(argv)
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.profile:
         py_spy()  # missing: say so now, not after the loads
-    plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds, args.profile)
+    plan = Plan.build(args.quick, args.workers, args.seconds, args.max_jobs, args.soak_seconds, args.profile,
+                      record_pilots=not args.without_pilots)  # fmt: skip
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = RESULTS / stamp
     out_dir.mkdir(parents=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 import psycopg
 
 from bench import run_env
+from bench.pilots import PILOT_LIFE
 from bench.run_admin import PAYLOAD, post_jobs
 from bench.run_cpu import CpuMeter, parent_of, per_unit_ms
 from bench.run_match import describe
@@ -199,11 +200,13 @@ def wait_summary(waits: Counter, samples: int) -> dict:
 # --- one run
 
 
-def run_generator(root: str, resources: Path, pilots: int, seconds: float, on_start: Callable[[], None]) -> dict:
+def run_generator(
+    root: str, resources: Path, pilots: int, seconds: float, on_start: Callable[[], None], pilot_life: int = PILOT_LIFE
+) -> dict:
     """bench/lifecycle_pilots.py in a subprocess; `on_start` runs once its
     pilots are connected, just before they start."""
     command = [sys.executable, "-m", "bench.lifecycle_pilots", root, str(resources), "--pilots", str(pilots),
-               "--seconds", str(seconds)]  # fmt: skip
+               "--seconds", str(seconds), "--pilot-life", str(pilot_life)]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=run_env.REPO)
     try:
         ready = process.stdout.readline()
@@ -276,7 +279,7 @@ def lifecycle_run(
             meter.start()
             since.append(datetime.now(UTC))
 
-        run = run_generator(server.root, resources, pilots, b.plan.seconds, start)
+        run = run_generator(server.root, resources, pilots, b.plan.seconds, start, b.plan.pilot_life)
         used, until = meter.stop(), datetime.now(UTC)
     batches_after = read_claim_batches(server.root) if server.exposes_metrics else None
     used.pop("children")  # the generator, waited for inside the run, reports its own CPU

@@ -56,7 +56,7 @@ def measured_run(
     meter = CpuMeter(service.process.pid, b.postmaster, b.url)
     profile = b.start_profile(profile_as, service, connections) if profile_as else None
     meter.start()
-    run = run_pilots(service.root, resources, connections, b.plan.seconds)
+    run = run_pilots(service.root, resources, connections, b.plan.seconds, pilot_life=b.plan.pilot_life)
     used = meter.stop()
     batches_after = None
     if service.exposes_metrics:
@@ -259,7 +259,8 @@ def soak_section(b: Bench) -> dict:
     slices = []
     started = time.monotonic()
     for _ in range(math.ceil(plan.soak_seconds / plan.soak_slice)):
-        run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate)
+        run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate,
+                         pilot_life=plan.pilot_life)  # fmt: skip
         t = round(time.monotonic() - started, 1)
         tables = run_env.table_stats(b.url)
         slices.append(run)

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 
 from bench import run_env
-from bench.pilots import write_resources
+from bench.pilots import PILOT_LIFE, write_resources
 from bench.run_cpu import postmaster_of
 from bench.run_profile import Profile
 from bench.workloads import Workload, load, pilots, top_up
@@ -50,11 +50,12 @@ class Plan:
     seed: int = 0
     profile: bool = False  # flame graphs of the service during the 64-connection and 64-pilot runs
     profiled_load: int = 64  # the connection count (lhcb, diracx) and pilot count (lifecycle) profiled
+    record_pilots: bool = True  # pilots send PilotReference and PilotBenchmark, as on a site
 
     @classmethod
     def build(
         cls, quick: bool, workers: int, seconds: int | None, max_jobs: int, soak_seconds: int | None,
-        profile: bool = False,
+        profile: bool = False, record_pilots: bool = True,
     ) -> Plan:  # fmt: skip
         if quick:
             sizes, diracx_sizes, recompute, scale = QUICK_SIZES, QUICK_SIZES, (50_000,), 0.05
@@ -77,7 +78,13 @@ class Plan:
             soak_slice=5 if quick else 10,
             lifecycle_jobs=min(QUICK_LIFECYCLE_JOBS if quick else LIFECYCLE_JOBS, max_jobs),
             profile=profile,
+            record_pilots=record_pilots,
         )
+
+    @property
+    def pilot_life(self) -> int:
+        """Requests (wrk) or jobs (lifecycle) per PilotReference; 0 when pilots send none."""
+        return PILOT_LIFE if self.record_pilots else 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -172,6 +179,6 @@ class Bench:
         key = (workload.name, workload.seed, workload.total_jobs)
         if key not in self._pilots:
             path = self.work_dir / f"pilots-{len(self._pilots)}.jsonl"
-            write_resources(pilots(workload, self.plan.pilots, self.plan.seed), path)
+            write_resources(pilots(workload, self.plan.pilots, self.plan.seed, self.plan.record_pilots), path)
             self._pilots[key] = path
         return self._pilots[key]

@@ -14,8 +14,9 @@ from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
-def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
-    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag).
+def pilots(workload: Workload, n: int, seed: int = 0, benchmarks: bool = True) -> list[dict]:
+    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag, and with
+    `benchmarks` the pilot's PilotBenchmark).
 
     Each starts from a TQ picked by its jobs, so busy TQs get most pilots, as
     they do when pilots are submitted for the waiting jobs. fairmatch gives a
@@ -23,6 +24,8 @@ def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
     Platform and JobType are always sent, and Tag whenever the workload has tags.
     """
     rng = random.Random(f"pilots:{workload.name}:{workload.seed}:{seed}")
+    # drawn apart, so that the descriptions are the same with benchmarks or without
+    power = random.Random(f"pilot-benchmarks:{workload.name}:{workload.seed}:{seed}")
     sites = Popular(workload.sites)
     platforms = Popular(workload.platforms)
     tags = Popular(workload.tags) if workload.tags else None
@@ -45,6 +48,8 @@ def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
         if tags is not None:
             extra = tags.draw(rng, rng.randint(0, 3), exclude=req.tags)
             resource["Tag"] = sorted({*req.tags, *extra})
+        if benchmarks:
+            resource["PilotBenchmark"] = round(power.uniform(5.0, 30.0), 2)  # DB12-like CPU power
         out.append(resource)
     return out
 

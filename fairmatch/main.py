@@ -21,6 +21,7 @@ from fairmatch.api import (
     matching,
     observe,
     openapi,
+    pilots,
     priorities,
     problems,
     site_limits,
@@ -58,6 +59,7 @@ ROUTERS: list[tuple[APIRouter, str]] = [
     (status_api.router, API_PREFIX),
     (site_limits.router, API_PREFIX),
     (site_mask.router, API_PREFIX),
+    (pilots.router, API_PREFIX),
     (health.router, ""),
 ]
 # What pilots call thousands of times a second: POST /match and their status reports.

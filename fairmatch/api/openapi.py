@@ -85,6 +85,7 @@ HEADERS = {
 # Errors a handler raises itself, beyond what the shape of the request implies.
 DOMAIN_ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", f"{API_PREFIX}/jobs"): {400},  # a cursor this service did not give out
+    ("get", f"{API_PREFIX}/pilots"): {400},  # a cursor this service did not give out
     ("delete", f"{API_PREFIX}/jobs/{{job_id}}"): {409},  # the job is already final
     ("post", f"{API_PREFIX}/jobs/{{job_id}}/status"): {409},  # an illegal transition
 }

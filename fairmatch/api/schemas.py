@@ -23,7 +23,7 @@ class SubmitResponse(BaseModel):
 class Job(BaseModel):
     job_id: int
     status: str
-    minor_status: str | None
+    minor_status: str | None = Field(description="Free text beside the status: `Assigned` once matched, as in DIRAC.")
     task_queue_id: int | None = Field(
         description="The TQ the job waits in (Waiting), or was matched from (match answers)."
     )
@@ -44,7 +44,8 @@ class Job(BaseModel):
     job_class: str | None
     payload: JsonValue
     site: str | None
-    pilot_reference: str | None
+    pilot_reference: str | None = Field(description="The pilot that took the job (its `PilotReference`).")
+    grid_ce: str | None = Field(description="The CE the job was matched through, when the pilot named exactly one.")
     submitted_at: datetime
     matched_at: datetime | None
     lease_expires_at: datetime | None
@@ -56,6 +57,29 @@ class Job(BaseModel):
     reschedules: int = Field(
         description="Returns to Waiting the owner did not ask for (lease ran out, stalled, handed back by its pilot)."
     )
+
+
+class PilotSummary(BaseModel):
+    """A pilot on record: one that asked for a job naming its `PilotReference`."""
+
+    reference: str
+    site: str = Field(description="Where it last asked for a job.")
+    grid_ce: str | None = Field(description="The CE it runs behind, when it named exactly one.")
+    benchmark: float | None = Field(description="The last `PilotBenchmark` it sent.")
+    first_seen: datetime
+    last_seen: datetime
+    matches: int = Field(description="Jobs it took.")
+    empty_matches: int = Field(description="Requests it got no job for (204), written within about a second.")
+    current_job_id: int | None = Field(description="The job it took last.")
+
+
+class Pilot(PilotSummary):
+    job_ids: list[int] = Field(description="Every job it took, oldest first.")
+
+
+class PilotPage(BaseModel):
+    pilots: list[PilotSummary]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null at the end.")
 
 
 class JobPage(BaseModel):

@@ -22,6 +22,7 @@ from fairmatch.cli import (
     jobs,
     limits,
     matching,
+    pilots,
     priorities,
     serve,
     simulate,
@@ -44,7 +45,7 @@ for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, statu
     cli.add_typer(commands)
 for name, group in (
     ("db", db.app), ("token", token.app), ("associations", associations.app),
-    ("groups", groups.app), ("jobs", jobs.app), ("limits", limits.app), ("sites", sites.app),
+    ("groups", groups.app), ("jobs", jobs.app), ("limits", limits.app), ("pilots", pilots.app), ("sites", sites.app),
 ):  # fmt: skip
     cli.add_typer(group, name=name)
 

@@ -5,7 +5,8 @@ the drawn user-priority level, or the one job asked for) are ordered at
 random and the first one nobody else holds is locked (`FOR UPDATE SKIP
 LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
 over, never waited for). It is then removed from tq_jobs, marked Matched,
-its event and idempotency key recorded - all or nothing, committed before
+its event and idempotency key recorded, the pilot that took it (when it names its
+reference) created or updated in `pilots` - all or nothing, committed before
 the answer leaves. It writes the job's narrow state row only; the answer reads
 the requirements and payload from job_specs, which a claim never writes. It runs on the driver's own connection (fairmatch/db/raw.py),
 and the claims of concurrent requests of a process share a round trip and a
@@ -56,6 +57,7 @@ class Claimant:
     requester: str  # the caller's identity; it scopes request ids
     request_id: str | None
     lease_seconds: int  # how long the match holds without a report from the pilot
+    benchmark: float | None = None  # the pilot's own measure of its CPU (PilotBenchmark)
 
 
 _LEVEL_CANDIDATES = """
@@ -89,6 +91,7 @@ WITH picked AS MATERIALIZED (
 ), matched AS (
     UPDATE jobs
     SET status = 'Matched',
+        minor_status = 'Assigned',
         site = %(site)s,
         pilot_reference = %(pilot_reference)s,
         grid_ce = %(grid_ce)s,
@@ -100,12 +103,27 @@ WITH picked AS MATERIALIZED (
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
 ), event AS (
-    INSERT INTO job_events (job_id, status, at, source)
-    SELECT id, 'Matched', %(now)s, 'match' FROM matched
+    INSERT INTO job_events (job_id, status, minor_status, at, source)
+    SELECT id, 'Matched', 'Assigned', %(now)s, 'match' FROM matched
 ), request AS (
     INSERT INTO match_requests (requester, request_id, job_id, created_at)
     SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s FROM matched
     WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
+), pilot AS (
+    INSERT INTO pilots AS p (reference, requester, site, grid_ce, benchmark, first_seen, last_seen,
+                             matches, empty_matches, current_job_id)
+    SELECT CAST(%(pilot_reference)s AS varchar), %(requester)s, %(site)s, %(grid_ce)s,
+           CAST(%(benchmark)s AS float8), %(now)s, %(now)s, 1, 0, id
+    FROM matched
+    WHERE CAST(%(pilot_reference)s AS varchar) IS NOT NULL
+    ON CONFLICT (reference) DO UPDATE
+    SET requester = excluded.requester,
+        site = excluded.site,
+        grid_ce = excluded.grid_ce,
+        benchmark = COALESCE(excluded.benchmark, p.benchmark),
+        last_seen = excluded.last_seen,
+        matches = p.matches + 1,
+        current_job_id = excluded.current_job_id
 )
 SELECT matched.*, spec.requirements, spec.payload,
        CASE WHEN matched.id IS NULL THEN
@@ -161,6 +179,7 @@ class ClaimDB(AreaDB):
             "site": who.site,
             "pilot_reference": who.pilot_reference,
             "grid_ce": who.grid_ce,
+            "benchmark": who.benchmark,
             "requester": who.requester,
             "request_id": who.request_id,
             "now": now,

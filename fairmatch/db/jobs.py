@@ -467,6 +467,7 @@ def job_dict(row: Any) -> dict[str, Any]:
         "payload": row.payload,
         "site": row.site,
         "pilot_reference": row.pilot_reference,
+        "grid_ce": row.grid_ce,
         "submitted_at": as_utc(row.submitted_at),
         "matched_at": as_utc(row.matched_at),
         "lease_expires_at": as_utc(row.lease_expires_at),

@@ -1,7 +1,7 @@
 """The claim on SQLite, run in the driver's worker thread in one go.
 
 aiosqlite runs the statements in a thread of its own; each statement is a
-trip there and back (fairmatch/db/sqlite_driver.py), and a claim has eight of
+trip there and back (fairmatch/db/sqlite_driver.py), and a claim has nine of
 them. Here the claim's statements run as one function in that thread, a
 single trip. Values cross with the column types'
 own bind and result processors, so what is written and read back is exactly
@@ -9,7 +9,8 @@ what SQLAlchemy would write and read.
 
 The steps are those of the PostgreSQL statement (fairmatch/db/claims.py): the
 candidates of the level (or the one job asked for), one drawn at random,
-removed from tq_jobs, marked Matched, its event and idempotency key recorded.
+removed from tq_jobs, marked Matched, its event and idempotency key recorded, the
+pilot that took it (when it names its reference) created or updated.
 The caller's BEGIN IMMEDIATE holds the write lock, so nothing interleaves.
 """
 
@@ -41,6 +42,7 @@ REMOVE = "DELETE FROM tq_jobs WHERE job_id = :job_id"
 MATCH = """
     UPDATE jobs
     SET status = 'Matched',
+        minor_status = 'Assigned',
         site = :site,
         pilot_reference = :pilot_reference,
         grid_ce = :grid_ce,
@@ -51,10 +53,24 @@ MATCH = """
     WHERE id = :job_id AND status = 'Waiting'
     RETURNING *"""
 SPEC = "SELECT requirements, payload FROM job_specs WHERE job_id = :job_id"
-EVENT = "INSERT INTO job_events (job_id, status, at, source) VALUES (:job_id, 'Matched', :now, 'match')"
+EVENT = """
+    INSERT INTO job_events (job_id, status, minor_status, at, source)
+    VALUES (:job_id, 'Matched', 'Assigned', :now, 'match')"""
 REQUEST = """
     INSERT INTO match_requests (requester, request_id, job_id, created_at)
     VALUES (:requester, :request_id, :job_id, :now)"""
+PILOT = """
+    INSERT INTO pilots (reference, requester, site, grid_ce, benchmark, first_seen, last_seen,
+                        matches, empty_matches, current_job_id)
+    VALUES (:pilot_reference, :requester, :site, :grid_ce, :benchmark, :now, :now, 1, 0, :job_id)
+    ON CONFLICT (reference) DO UPDATE
+    SET requester = excluded.requester,
+        site = excluded.site,
+        grid_ce = excluded.grid_ce,
+        benchmark = COALESCE(excluded.benchmark, pilots.benchmark),
+        last_seen = excluded.last_seen,
+        matches = pilots.matches + 1,
+        current_job_id = excluded.current_job_id"""
 
 
 # what the thread answers, as the PostgreSQL statement does: the jobs row's columns with its
@@ -87,6 +103,8 @@ def _steps(db: sqlite3.Connection, params: dict[str, Any], named: bool, draw: fl
     db.execute(EVENT, mine)
     if params["request_id"] is not None:
         db.execute(REQUEST, mine)
+    if params["pilot_reference"] is not None:
+        db.execute(PILOT, mine)
     return {**row, "site_limited": False, "level_left": True, "jobs_before": jobs_before}
 
 

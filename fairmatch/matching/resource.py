@@ -57,6 +57,7 @@ class ResourceDescription(BaseModel):
     )
     whole_node: bool | None = Field(None, validation_alias=_alias("whole_node", "WholeNode"))
     pilot_reference: Name | None = Field(None, validation_alias=_alias("pilot_reference", "PilotReference"))
+    pilot_benchmark: float | None = Field(None, ge=0, validation_alias=_alias("pilot_benchmark", "PilotBenchmark"))
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
 

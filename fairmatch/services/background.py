@@ -3,7 +3,9 @@
 Watchdogs (empty queues, expired leases, stalled jobs) run in every replica:
 each step is a conditional change under a row lock, so doing it twice is
 harmless. The priority loop and the history sampler run in one process at a
-time (advisory locks) and skip when another process just did them.
+time (advisory locks) and skip when another process just did them. Each
+process writes the empty matches (204s) it counted every second, and once
+more when it stops.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from fairmatch.clock import utcnow
 from fairmatch.errors import DatabaseError
 from fairmatch.priority.settings import CorrectionsConfig
-from fairmatch.services import accounting, history, taskqueues, watchdogs
+from fairmatch.services import accounting, history, pilots, taskqueues, watchdogs
 from fairmatch.services import priorities as priority_service
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.background")
+
+# how often a process writes the 204s it counted (fairmatch/services/pilots.py)
+EMPTY_MATCH_FLUSH_SECONDS = 1.0
 
 Step = Callable[[AsyncConnection], Awaitable[int | bool | None]]
 
@@ -51,6 +56,24 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
         except Exception:  # anything else is a bug worth its traceback; keep going anyway
             log.exception("%s failed", name)
         await asyncio.sleep(max(0.0, started + seconds - loop.time()))
+
+
+async def _flush_quietly(conn: AsyncConnection) -> None:
+    """Every second: not worth a line in the log."""
+    await pilots.flush_empty_matches(conn)
+
+
+async def _write_empty_matches(engine: AsyncEngine, seconds: float) -> None:
+    """The 204s counted every `seconds`, and what is left when the process stops."""
+    try:
+        await _every(seconds, engine, "pilots' empty matches written", _flush_quietly)
+    except asyncio.CancelledError:
+        try:
+            async with engine.connect() as conn:
+                await pilots.flush_empty_matches(conn)
+        except Exception as exc:  # the counts of this process are lost; the service stops anyway
+            log.warning("pilots' empty matches not written at shutdown: %s", exc)
+        raise
 
 
 async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
@@ -86,4 +109,5 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),
         asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
                                    first_delay=min(1.0, p.interval_seconds))),
+        asyncio.create_task(_write_empty_matches(engine, EMPTY_MATCH_FLUSH_SECONDS)),
     ]  # fmt: skip

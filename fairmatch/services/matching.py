@@ -35,6 +35,7 @@ from fairmatch.metrics import (
 )
 from fairmatch.services import taskqueues
 from fairmatch.services.keeper import Keeper
+from fairmatch.services.pilots import tally_of
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.matching")
@@ -74,10 +75,25 @@ async def match(
     result = "error"
     try:
         job, result = await _match(conn, resource, settings, rng, requester, keeper)
+        if result == "no_match" and resource.pilot_reference is not None:
+            _count_empty(conn, resource, requester)
         return job
     finally:
         _match_requests(result).inc()
         MATCH_DURATION.observe(time.perf_counter() - started)
+
+
+def _count_empty(conn: AsyncConnection, resource: ResourceDescription, requester: str) -> None:
+    """A 204 for a pilot on record: counted in this process, written by the background loop."""
+    assert resource.pilot_reference is not None
+    tally_of(conn.engine).count(
+        resource.pilot_reference,
+        requester=requester,
+        site=resource.site,
+        grid_ce=_pilot_ce(resource),
+        benchmark=resource.pilot_benchmark,
+        at=utcnow(),
+    )
 
 
 @functools.cache
@@ -137,6 +153,7 @@ async def _match(
         requester=requester,
         request_id=resource.request_id,
         lease_seconds=settings.jobs.matched_lease_seconds,
+        benchmark=resource.pilot_benchmark,
     )
     try:
         claimed = await run_matcher(

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from fairmatch.db.claim_batches import batches_of
 from fairmatch.db.claims import CLAIM_LEVEL, Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.tables import job_events, tq_jobs
+from fairmatch.db.tables import job_events, jobs, pilots, tq_jobs
 from fairmatch.errors import DatabaseUnavailable, DuplicateRequest, ValueRefused
 from fairmatch.jobs.models import JobSpec
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
@@ -30,19 +30,22 @@ async def _queue(engine: Any, settings: Any, jobs: int) -> int:
     return tq_id
 
 
-async def _claim_at_once(engine: Any, targets: list[ClaimTarget], request_ids: list[str | None]) -> tuple[list, list]:
+async def _claim_at_once(
+    engine: Any, targets: list[ClaimTarget], request_ids: list[str | None], pilots: list[str | None] | None = None
+) -> tuple[list, list]:
     """One claim per target, all started in the same instant (as many requests of one process);
     the outcomes (or errors) and the sizes of the batches that carried them."""
     sizes: list[int] = []
+    references = pilots or [None] * len(request_ids)
     async with engine.connect() as conn:
         claims = [
             ClaimDB.claiming(
                 conn,
-                Claimant("LCG.CERN.cern", None, None, "pilot", request_id, lease_seconds=600),
+                Claimant("LCG.CERN.cern", reference, "ce1.cern.ch", "pilot", request_id, 600, benchmark=12.5),
                 random.Random(seed),
                 sizes.append,
             )
-            for seed, request_id in enumerate(request_ids)
+            for seed, (request_id, reference) in enumerate(zip(request_ids, references))
         ]
         outcomes = await asyncio.gather(*(c.claim(t) for c, t in zip(claims, targets)), return_exceptions=True)
     return list(outcomes), sizes
@@ -64,6 +67,39 @@ async def test_concurrent_claims_share_round_trips_and_each_takes_its_own_job(en
     async with engine.connect() as conn, read_transaction(conn):
         events = (await conn.execute(select(func.count()).where(job_events.c.status == "Matched"))).scalar_one()
     assert events == len(claimed)
+
+
+async def test_batched_claims_record_their_pilots_and_take_distinct_jobs(engine, settings):
+    tq_id = await _queue(engine, settings, 30)
+    references = [f"https://ce1.cern.ch:9619/{i % 8}.0" for i in range(20)]  # some pilots twice in a batch
+    outcomes, sizes = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 20, [None] * 20, references)
+    assert max(sizes) > 1
+    taken: dict[str, list[int]] = {}
+    for reference, outcome in zip(references, outcomes):
+        assert isinstance(outcome, Claimed | Missed), outcome
+        if isinstance(outcome, Claimed):
+            assert (outcome.job.pilot_reference, outcome.job.grid_ce) == (reference, "ce1.cern.ch")
+            assert outcome.job.minor_status == "Assigned"
+            taken.setdefault(reference, []).append(outcome.job.id)
+    job_ids = [job_id for ids in taken.values() for job_id in ids]
+    assert len(set(job_ids)) == len(job_ids) >= 10
+    async with engine.connect() as conn, read_transaction(conn):
+        rows = {r.reference: r for r in await conn.execute(select(pilots))}
+        holders = dict(
+            (await conn.execute(select(jobs.c.id, jobs.c.pilot_reference).where(jobs.c.id.in_(job_ids)))).all()
+        )
+    assert set(rows) == set(taken)
+    for reference, ids in taken.items():
+        row = rows[reference]
+        assert (row.matches, row.empty_matches, row.site, row.grid_ce, row.benchmark) == (
+            len(ids),
+            0,
+            "LCG.CERN.cern",
+            "ce1.cern.ch",
+            12.5,
+        )
+        assert row.current_job_id in ids
+    assert all(holders[job_id] == reference for reference, ids in taken.items() for job_id in ids)
 
 
 async def test_a_claim_alone_is_sent_alone(engine, settings):
@@ -147,6 +183,6 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
         "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
-        "pilot_reference": None, "grid_ce": None, "requester": "pilot", "request_id": None, "now": now,
+        "pilot_reference": None, "grid_ce": None, "benchmark": None, "requester": "pilot", "request_id": None, "now": now,
         "lease_until": now + timedelta(seconds=600), "guarded": False,
     }  # fmt: skip

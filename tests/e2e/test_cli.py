@@ -193,6 +193,28 @@ def test_match_honours_the_resource_options(fairmatch, server, clean):
     assert untagged["analysis"]["rejected_by"]["tags"] == 1 and untagged["analysis"]["eligible"] == 1
 
 
+# --- pilots -------------------------------------------------------------------
+
+
+def test_pilots_list_and_show_a_pilot_named_by_a_url(fairmatch, server, clean):
+    [job] = submit_via_api(server, JOB_A)
+    reference = "https://ce.example.org:9619/123.0"
+    with server.client() as client:
+        body = {"Site": "S1", "CPUTime": 100000, "GridCE": "ce.example.org", "PilotReference": reference}
+        assert client.post("/match", json=body).status_code == 200
+
+    listed = succeeded(fairmatch("pilots", "list", "--site", "S1", "--url", server.url))
+    shown = succeeded(fairmatch("pilots", "show", reference, "--url", server.url))
+    only = succeeded(fairmatch("pilots", "list", "--reference", reference, "--limit", "5", "--url", server.url))
+
+    assert [p["reference"] for p in listed["pilots"]] == [reference] and listed["next_cursor"] is None
+    assert (shown["reference"], shown["grid_ce"], shown["matches"]) == (reference, "ce.example.org", 1)
+    assert shown["job_ids"] == [job["job_id"]] and shown["current_job_id"] == job["job_id"]
+    assert only["pilots"] == listed["pilots"]
+    assert_failed(fairmatch("pilots", "show", "https://ce.example.org:9619/999.0", "--url", server.url), 1,
+                  "not on record")  # fmt: skip
+
+
 def test_a_refused_resource_exits_1_with_the_problem_detail(fairmatch, server, clean):
     resource = ["--site", "S1", "--cpu-time", "10", "--required-tag", "GPU"]
     result = fairmatch("match", *resource, "--url", server.url)

@@ -30,6 +30,7 @@ class FakeService:
     def __init__(self) -> None:
         self.jobs: dict[int, dict] = {}
         self.asked: Counter = Counter()
+        self.taken_by: Counter = Counter()  # jobs per PilotReference sent (None: no reference)
         self.answers = 0
 
     def route(self, path: str, body: dict) -> tuple[int, dict | None]:
@@ -39,6 +40,7 @@ class FakeService:
                 return 204, None
             job_id = len(self.jobs) + 1
             self.jobs[job_id] = {"status": "Matched"}
+            self.taken_by[body.get("PilotReference")] += 1
             return 200, {"job_id": job_id, "status": "Matched", "owner": "o"}
         job_id = int(path.split("/")[4])
         job, new = self.jobs[job_id], body["status"]
@@ -103,6 +105,30 @@ def test_pilots_live_whole_lives_over_keep_alive_connections():
     _check_lives(service, result)
     assert result["pilots"] == 3 and result["duration_s"] >= 0.3
     assert result["jobs_per_s"] == pytest.approx(result["jobs"] / result["duration_s"], rel=0.01)
+    # each pilot names itself, and a new pilot takes its place after PILOT_LIFE jobs
+    assert None not in service.taken_by and max(service.taken_by.values()) <= lp.PILOT_LIFE
+    assert len({ref.rsplit(".", 2)[-2] for ref in service.taken_by}) == 3
+
+
+@pytest.mark.parametrize("life", [0, 2])
+def test_a_pilot_takes_a_new_reference_after_its_life_or_sends_none(life):
+    service = FakeService()
+
+    async def scenario() -> dict:
+        server = await asyncio.start_server(service.serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            result = await lp.run(f"http://127.0.0.1:{port}", RESOURCES, pilots=2, seconds=0.2, pilot_life=life)
+            await asyncio.sleep(0.05)
+            return result
+
+    result = asyncio.run(scenario())
+    assert result["matches"] > 4 and result["pilot_life"] == life
+    if life == 0:
+        assert set(service.taken_by) == {None}
+    else:
+        assert None not in service.taken_by and set(service.taken_by.values()) <= {1, 2}
+        assert len(service.taken_by) >= result["matches"] / 2
 
 
 def test_a_server_that_is_gone_is_counted_as_errors_not_a_crash():

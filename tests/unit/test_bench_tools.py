@@ -144,9 +144,15 @@ def test_wrk_command(monkeypatch, tmp_path):
     command = pilots.wrk_command("http://h:8000", tmp_path / "r.jsonl", connections=2, seconds=5, threads=4, rate=1000)
     assert command[1:5] == ["-t2", "-c2", "-d5s", "--timeout=10s"]
     assert command[7] == "http://h:8000"
-    assert command[-4:] == ["/api/v1/match", str(tmp_path / "r.jsonl"), "2", "2.000"]
-    command = pilots.wrk_command("http://h:8000/api/v1/match", tmp_path / "r.jsonl", 9, 1, threads=2)
-    assert command[1:3] == ["-t1", "-c9"] and command[-4] == "/api/v1/match" and command[-1] == "0.000"
+    assert command[-6:-2] == ["/api/v1/match", str(tmp_path / "r.jsonl"), "2", "2.000"]
+    assert command[-2] == str(pilots.PILOT_LIFE)  # each description a pilot with references of its own
+    command = pilots.wrk_command("http://h:8000/api/v1/match", tmp_path / "r.jsonl", 9, 1, threads=2, pilot_life=0)
+    assert command[1:3] == ["-t1", "-c9"] and command[-6] == "/api/v1/match" and command[-3:-1] == ["0.000", "0"]
+    # each run's references are its own
+    assert (
+        pilots.wrk_command("http://h", tmp_path / "r", 1, 1)[-1]
+        != pilots.wrk_command("http://h", tmp_path / "r", 1, 1)[-1]
+    )
 
 
 def test_a_missing_wrk_says_how_to_install_it(monkeypatch, tmp_path):
@@ -322,6 +328,7 @@ class _StatusServer(ThreadingHTTPServer):
     def __init__(self):
         super().__init__(("127.0.0.1", 0), _StatusHandler)
         self.sent: Counter[int] = Counter()
+        self.references: Counter[str | None] = Counter()  # requests per PilotReference sent
         self.lock = threading.Lock()
 
     def handle_error(self, request, client_address):
@@ -334,6 +341,8 @@ class _StatusHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.references[body.get("PilotReference")] += 1
         status = {"A": 200, "B": 204}.get(body["Site"], 503)
         answer = b'{"job_id": 1}' if status == 200 else b""
         self.send_response(status)
@@ -368,6 +377,12 @@ def test_wrk_counts_statuses_across_threads(tmp_path):
     for key, status in (("200", 200), ("204", 204), ("other", 503)):
         assert 0 <= server.sent[status] - counts[key] <= 4
     assert (result["connections"], result["threads"], result["offered_rps"]) == (4, 2, None)
+    assert result["pilot_life"] == pilots.PILOT_LIFE
+    # every request names its pilot; a pilot makes PILOT_LIFE requests, then another takes its description
+    references = server.references
+    assert None not in references and len(references) > 6  # 3 descriptions x 2 threads, and their successors
+    assert all(ref.startswith("https://bench-ce.example.org:9619/") for ref in references)
+    assert max(references.values()) <= pilots.PILOT_LIFE
 
 
 def _seed(db, jobs: int) -> None:

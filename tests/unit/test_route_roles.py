@@ -66,6 +66,8 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/shares"): frozenset({ADMIN, OPERATOR}),
     ("GET", "/priorities"): frozenset({ADMIN, OPERATOR, USER}),
     ("GET", "/status"): frozenset({ADMIN, OPERATOR}),
+    ("GET", "/pilots"): frozenset({ADMIN, OPERATOR, PILOT}),
+    ("GET", "/pilots/{reference:path}"): frozenset({ADMIN, OPERATOR, PILOT}),
 }
 
 # What must be served without a caller: probes and scrapers carry no token, and the

@@ -1,0 +1,202 @@
+"""Pilots SQL: the pilots on record, and the empty matches written in bulk.
+
+A claim that takes a job creates or updates its pilot in the claim's own
+statement (fairmatch/db/claims.py, fairmatch/db/sqlite_claim.py). The 204s a
+process answered are counted in memory and added here, every pilot of a
+flush in one statement (`add_empty_matches`); a pilot first seen on a 204 is
+created with no match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    bindparam,
+    case,
+    column,
+    func,
+    literal,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
+from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
+
+from fairmatch.clock import as_utc
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.tables import jobs, pilots
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyMatches:
+    """The 204s one pilot got since the last flush."""
+
+    reference: str
+    requester: str
+    site: str
+    grid_ce: str | None
+    benchmark: float | None  # None: keep the one on record
+    first_at: datetime
+    last_at: datetime
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PilotFilter:
+    """What a listing asks for; `requester` None means every pilot (the caller's scope)."""
+
+    site: str | None = None
+    since: datetime | None = None
+    reference: str | None = None
+    requester: str | None = None
+
+
+# the order of the listing, newest first; the cursor is the last row's key in it
+Cursor = tuple[datetime, str]
+
+_EMPTY_COLUMNS = ("reference", "requester", "site", "grid_ce", "benchmark", "first_seen", "last_seen", "empty_matches")
+
+
+def _adding_empty(stmt: PostgresInsert | SQLiteInsert) -> Any:
+    """The upsert of a flush: a known pilot gets the new 204s added, its latest place and time."""
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[pilots.c.reference],
+        set_={
+            "requester": new.requester,
+            "site": new.site,
+            "grid_ce": new.grid_ce,
+            "benchmark": func.coalesce(new.benchmark, pilots.c.benchmark),
+            # a claim of the same pilot may have been written after the 204s it follows
+            "last_seen": case((new.last_seen > pilots.c.last_seen, new.last_seen), else_=pilots.c.last_seen),
+            "empty_matches": pilots.c.empty_matches + new.empty_matches,
+        },
+    )
+
+
+def pilot_dict(row: Any) -> dict[str, Any]:
+    """A pilots row as the API shows it."""
+    return {
+        "reference": row.reference,
+        "site": row.site,
+        "grid_ce": row.grid_ce,
+        "benchmark": row.benchmark,
+        "first_seen": as_utc(row.first_seen),
+        "last_seen": as_utc(row.last_seen),
+        "matches": row.matches,
+        "empty_matches": row.empty_matches,
+        "current_job_id": row.current_job_id,
+    }
+
+
+class PilotDB(AreaDB):
+    """The pilots table."""
+
+    async def add_empty_matches(self, counts: Sequence[EmptyMatches]) -> None:
+        """Add the 204s of these pilots (distinct references), creating those not on record."""
+        raise NotImplementedError
+
+    async def page(self, where: PilotFilter, after: Cursor | None, limit: int) -> list[Any]:
+        """Up to `limit` pilots after the cursor, newest first (first seen, then reference, descending)."""
+        stmt = select(pilots)
+        if where.site is not None:
+            stmt = stmt.where(pilots.c.site == where.site)
+        if where.since is not None:
+            stmt = stmt.where(pilots.c.first_seen >= where.since)
+        if where.reference is not None:
+            stmt = stmt.where(pilots.c.reference == where.reference)
+        if where.requester is not None:
+            stmt = stmt.where(pilots.c.requester == where.requester)
+        if after is not None:
+            stmt = stmt.where(
+                tuple_(pilots.c.first_seen, pilots.c.reference)
+                < tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1], String))
+            )
+        stmt = stmt.order_by(pilots.c.first_seen.desc(), pilots.c.reference.desc()).limit(limit)
+        return list((await self.conn.execute(stmt)).all())
+
+    async def get(self, reference: str, requester: str | None) -> Any | None:
+        """One pilot; None when it is not on record or not the requester's (None: any requester's)."""
+        stmt = select(pilots).where(pilots.c.reference == reference)
+        if requester is not None:
+            stmt = stmt.where(pilots.c.requester == requester)
+        return (await self.conn.execute(stmt)).first()
+
+    async def job_ids(self, reference: str) -> list[int]:
+        """The jobs this pilot took, oldest first (the partial index ix_jobs_pilot_reference)."""
+        stmt = (
+            select(jobs.c.id)
+            .where(jobs.c.pilot_reference == reference, jobs.c.pilot_reference.isnot(None))
+            .order_by(jobs.c.id)
+        )
+        return list((await self.conn.execute(stmt)).scalars())
+
+
+def _row(c: EmptyMatches) -> dict[str, Any]:
+    return {
+        "reference": c.reference,
+        "requester": c.requester,
+        "site": c.site,
+        "grid_ce": c.grid_ce,
+        "benchmark": c.benchmark,
+        "first_seen": c.first_at,
+        "last_seen": c.last_at,
+        "empty_matches": c.count,
+    }
+
+
+_ARRAY_TYPES = {
+    "reference": ARRAY(String),
+    "requester": ARRAY(String),
+    "site": ARRAY(String),
+    "grid_ce": ARRAY(String),
+    "benchmark": ARRAY(Float),
+    "first_seen": ARRAY(DateTime(timezone=True)),
+    "last_seen": ARRAY(DateTime(timezone=True)),
+    "empty_matches": ARRAY(Integer),
+}
+
+
+def _postgres_flush() -> Any:
+    """One statement for any number of pilots: the values arrive as one array per column."""
+    rows = (
+        func.unnest(*(bindparam(name, type_=_ARRAY_TYPES[name]) for name in _EMPTY_COLUMNS))
+        .table_valued(*(column(name) for name in _EMPTY_COLUMNS))
+        .render_derived(name="counted")
+    )
+    source = select(*(rows.c[name] for name in _EMPTY_COLUMNS), literal(0, Integer).label("matches"))
+    stmt = PostgresInsert(pilots).from_select([*_EMPTY_COLUMNS, "matches"], source)
+    return _adding_empty(stmt)
+
+
+_POSTGRES_FLUSH = _postgres_flush()
+
+
+class PostgresPilotDB(PostgresStatements, PilotDB, dialect="postgresql"):
+    async def add_empty_matches(self, counts: Sequence[EmptyMatches]) -> None:
+        if counts:
+            rows = [_row(c) for c in counts]
+            await self.conn.execute(_POSTGRES_FLUSH, {name: [r[name] for r in rows] for name in _EMPTY_COLUMNS})
+
+
+_SQLITE_FLUSH = _adding_empty(
+    SQLiteInsert(pilots).values(
+        {name: bindparam(name, type_=pilots.c[name].type) for name in _EMPTY_COLUMNS} | {"matches": 0}
+    )
+)
+
+
+class SQLitePilotDB(SQLiteStatements, PilotDB, dialect="sqlite"):
+    async def add_empty_matches(self, counts: Sequence[EmptyMatches]) -> None:
+        # SQLite has no arrays: the one statement is executed for each pilot, in one transaction
+        if counts:
+            await self.conn.execute(_SQLITE_FLUSH, [_row(c) for c in counts])
