@@ -2,9 +2,10 @@
 
 An operator bans a broken site; a pilot there is then matched only the jobs
 meant to test it: those whose job types list one of
-`matching.masked_site_job_types` ("Test" by default). DIRAC's Matcher also
-lets through jobs that name no job type; here they stay away, since such a job
-did not ask to run at a site known to be broken. The eligibility condition
+`matching.masked_site_job_types` ("Test" by default), whatever job types the
+pilot offers (DIRAC's Matcher puts `JobType = Test` in place of the pilot's).
+DIRAC also lets through jobs that name no job type; here they stay away, since
+such a job did not ask to run at a site known to be broken. The eligibility condition
 itself is `site_mask` in `fairmatch/matching/eligibility.py`.
 """
 
@@ -25,4 +26,6 @@ def with_site_mask(query: ResourceQuery, masked_sites: frozenset[str], test_type
     sites = query.values.get("sites")
     if not sites or not sites <= masked_sites:
         return query
-    return dataclasses.replace(query, masked_job_types=frozenset(test_types))
+    # the mask's job types stand in for those the pilot offers
+    values = {**query.values, "job_types": None}
+    return dataclasses.replace(query, values=values, masked_job_types=frozenset(test_types))

@@ -103,10 +103,15 @@ def test_the_analysis_counts_the_queues_the_mask_rejects():
     assert analysis(catalog, query("LCG.Fine.org"))["rejected_by"]["site_mask"] == 0
 
 
-def test_the_mask_and_the_pilots_own_job_types_both_hold():
+def test_the_masks_job_types_stand_in_for_those_the_pilot_offers():
+    """As DIRAC's Matcher puts JobType = Test in place of the pilot's: a pilot offering only
+    MCSimulation, or naming no job type in strict mode, still gets the queues listing Test."""
     catalog = catalog_of(CATALOG_ROWS)
-    held = with_site_mask(query(JobType=["MCSimulation"]), BANNED, TEST)
-    assert ids(catalog, eligible(catalog, held)) == {2}  # Test and MCSimulation both listed
+    assert ids(catalog, eligible(catalog, with_site_mask(query(JobType=["MCSimulation"]), BANNED, TEST))) == {1, 2}
+    strict_untyped = ResourceDescription.model_validate({"Site": "LCG.Broken.org", "CPUTime": 86400})
+    held = with_site_mask(strict_untyped.to_query(MatchingSettings()), BANNED, TEST)
+    assert ids(catalog, eligible(catalog, held)) == {1, 2}
+    assert ids(catalog, eligible(catalog, query("LCG.Fine.org", JobType=["MCSimulation"]))) == {2, 3, 4}
 
 
 # --- the setting ----------------------------------------------------------------------------
