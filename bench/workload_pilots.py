@@ -15,7 +15,8 @@ from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
 def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
-    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag).
+    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag, and MaxRAM
+    when the workload has pilot memory sizes).
 
     Each starts from a TQ picked by its jobs, so busy TQs get most pilots, as
     they do when pilots are submitted for the waiting jobs. fairmatch gives a
@@ -45,6 +46,9 @@ def pilots(workload: Workload, n: int, seed: int = 0) -> list[dict]:
         if tags is not None:
             extra = tags.draw(rng, rng.randint(0, 3), exclude=req.tags)
             resource["Tag"] = sorted({*req.tags, *extra})
+        if workload.ram_mb:  # a slot with the memory this TQ needs, often more
+            enough = {m: w for m, w in workload.ram_mb.items() if m >= req.min_ram_mb} or {req.min_ram_mb: 1.0}
+            resource["MaxRAM"] = rng.choices(list(enough), weights=list(enough.values()))[0]
         out.append(resource)
     return out
 
@@ -61,6 +65,8 @@ def catalog_of(workload: Workload) -> Catalog:
             "vo": req.vo,
             "cpu_time": req.cpu_time,
             "priority_class": req.priority_class,
+            "min_ram_mb": req.min_ram_mb,
+            "max_ram_mb": req.max_ram_mb,
             "priority": 1.0,
             "levels": [[1.0, jobs]],
             "changed_at": None,

@@ -24,7 +24,7 @@ from fairmatch.matching.choice import chances
 from fairmatch.matching.eligibility import analysis
 from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.metrics import (
     CLAIM_BATCH_SIZE,
     CLAIM_CONFLICTS,
@@ -53,7 +53,7 @@ def _answer(row: Any, tq_id: int) -> dict[str, Any]:
 
 async def match(
     conn: AsyncConnection,
-    resource: ResourceDescription,
+    resource: ClaimingResource,
     settings: Settings,
     rng: random.Random,
     requester: str,
@@ -101,7 +101,7 @@ class _Surroundings:
 
 async def _match(
     conn: AsyncConnection,
-    resource: ResourceDescription,
+    resource: ClaimingResource,
     settings: Settings,
     rng: random.Random,
     requester: str,
@@ -160,7 +160,7 @@ async def _site_limits(conn: AsyncConnection, site: str | None) -> SiteLimits | 
         return await LimitDB.of(conn).of_site(site, utcnow())
 
 
-def _log_decision(resource: ResourceDescription, tq_id: int | None, job_id: int | None) -> None:
+def _log_decision(resource: ClaimingResource, tq_id: int | None, job_id: int | None) -> None:
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "match decision",
