@@ -51,7 +51,7 @@ def _tags_from_text(value: Any) -> Any:
     `"['A', 'B']"`); `""` is no tag."""
     if not isinstance(value, str):
         return value
-    items = (item.strip("\"' ") for item in value.strip().strip("[]").split(","))
+    items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(","))
     return [item for item in items if item]
 
 
