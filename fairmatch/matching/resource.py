@@ -26,15 +26,19 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fairmatch.errors import BadRequest
-from fairmatch.fields import MAX_VALUES, Int, Name, NameList
+from fairmatch.fields import MAX_NAME, MAX_VALUES, Int, Name, NameList
 from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB
 from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import ANY
 
 # Derived tags are spelled out in SQL; this cap bounds them (1024 cores).
 MAX_PROCESSORS = 1024
+# a CPU power per core no machine comes near: anything beyond is not a benchmark
+MAX_BENCHMARK = 1e6
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+# tags as one string: as long as the longest list, written out with separators and quotes
+MAX_TAG_TEXT = MAX_VALUES * (MAX_NAME + 4)
 # what a pilot reading its numbers from a configuration file sends for them
 _INTEGER_TEXT = re.compile(r"\s*[+-]?\d{1,20}\s*")
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d{1,20}(\.\d{0,20})?|\.\d{1,20})([eE][+-]?\d{1,4})?\s*")
@@ -48,38 +52,36 @@ def is_any(tag: str) -> bool:
 def _tags_from_text(value: Any) -> Any:
     """DIRAC's Matcher takes tags as a list, or as one string of them: comma-separated,
     in optional brackets, each stripped of spaces and quotes (`"GPU, 8Processors"`,
-    `"['A', 'B']"`); `""` is no tag."""
-    if not isinstance(value, str):
+    `"['A', 'B']"`); `""` is no tag. A longer string than a full list takes fails as no list."""
+    if not isinstance(value, str) or len(value) > MAX_TAG_TEXT:
         return value
     items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(","))
     return [item for item in items if item]
 
 
-def _integer_from_text(value: Any) -> Any:
-    """`"86400"`, `" 4 "`: an integer written as text is that integer; any other text
-    is left to fail as not a number."""
-    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
-        return int(value)
-    return value
-
-
 def _number_from_text(value: Any) -> Any:
-    """`"12.5"`, `"2.5e3"`: a decimal number written as text is that number."""
-    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
-        return float(value)
+    """`"86400"`, `" 4 "`, `"12.5"`, `"2.5e3"`: a number written as text is that number
+    (an integer when written as one; a float then fails an integer's type as a float
+    would); any other text is left to fail as not a number."""
+    if isinstance(value, str):
+        if _INTEGER_TEXT.fullmatch(value):
+            return int(value)
+        if _NUMBER_TEXT.fullmatch(value):
+            return float(value)
     return value
 
 
+TagText = Annotated[str, Field(max_length=MAX_TAG_TEXT)]
 TagList = Annotated[
     list[Name],
-    BeforeValidator(_tags_from_text, json_schema_input_type=str | Annotated[list[Name], Field(max_length=MAX_VALUES)]),
+    BeforeValidator(
+        _tags_from_text, json_schema_input_type=TagText | Annotated[list[Name], Field(max_length=MAX_VALUES)]
+    ),
     Field(max_length=MAX_VALUES),
 ]
-# numbers a pilot may also send as text; never true/false
-NumericInt = Annotated[Int, BeforeValidator(_integer_from_text, json_schema_input_type=int | str)]
-NumericFloat = Annotated[
-    float, Strict(), Field(allow_inf_nan=False), BeforeValidator(_number_from_text, json_schema_input_type=float | str)
-]
+# numbers a pilot may also send as text, last in a type's metadata so that its bounds
+# stay in the schema; never true/false
+FromText = BeforeValidator(_number_from_text)
 
 
 def _one_or_several(value: Any) -> str:
@@ -109,7 +111,9 @@ class ResourceDescription(BaseModel):
         validation_alias=_alias("site", "Site"),
         description="The resource's site; the dry run also takes a list: the queues any of them may take.",
     )
-    cpu_time: NumericInt = Field(ge=0, le=MAX_CPU_TIME, validation_alias=_alias("cpu_time", "CPUTime"))
+    cpu_time: Annotated[Int, Field(ge=0, le=MAX_CPU_TIME), FromText] = Field(
+        validation_alias=_alias("cpu_time", "CPUTime")
+    )
     grid_ce: NameList | None = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
     platform: NameList | None = Field(None, validation_alias=_alias("platform", "Platform"))
     job_type: NameList | None = Field(None, validation_alias=_alias("job_type", "JobType"))
@@ -118,15 +122,13 @@ class ResourceDescription(BaseModel):
     owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
     owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
     vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
-    max_ram_mb: NumericInt | None = Field(
+    max_ram_mb: Annotated[Int, Field(ge=0, le=MAX_RAM_MB), FromText] | None = Field(
         None,
-        ge=0,
-        le=MAX_RAM_MB,
         validation_alias=_alias("max_ram_mb", "MaxRAM"),
         description="The slot's memory (MB): queues whose min_ram_mb is above it are not eligible.",
     )
-    number_of_processors: NumericInt | None = Field(
-        None, ge=1, le=MAX_PROCESSORS, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
+    number_of_processors: Annotated[Int, Field(ge=1, le=MAX_PROCESSORS), FromText] | None = Field(
+        None, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
     )
     whole_node: JsonValue = Field(
         None,
@@ -134,8 +136,12 @@ class ResourceDescription(BaseModel):
         description="Present with any value (even false), the resource offers the tag `WholeNode`, as DIRAC's Matcher.",
     )
     pilot_reference: Name | None = Field(None, validation_alias=_alias("pilot_reference", "PilotReference"))
-    pilot_benchmark: NumericFloat | None = Field(
-        None, ge=0, validation_alias=_alias("pilot_benchmark", "PilotBenchmark")
+    pilot_benchmark: Annotated[float, Strict(), Field(ge=0, le=MAX_BENCHMARK, allow_inf_nan=False), FromText] | None = (
+        Field(
+            None,
+            validation_alias=_alias("pilot_benchmark", "PilotBenchmark"),
+            description="The pilot's CPU power (DIRAC's HS06 normalisation factor).",
+        )
     )
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
