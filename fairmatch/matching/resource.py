@@ -31,7 +31,7 @@ from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB
 from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import ANY
 
-# Derived tags are spelled out in SQL; this cap bounds them (1024 cores).
+# Derived tags are spelled out one by one; this cap bounds them (1024 cores).
 MAX_PROCESSORS = 1024
 # a CPU power per core no machine comes near: anything beyond is not a benchmark
 MAX_BENCHMARK = 1e6
@@ -52,7 +52,8 @@ def is_any(tag: str) -> bool:
 def _tags_from_text(value: Any) -> Any:
     """DIRAC's Matcher takes tags as a list, or as one string of them: comma-separated,
     in optional brackets, each stripped of spaces and quotes (`"GPU, 8Processors"`,
-    `"['A', 'B']"`); `""` is no tag. A longer string than a full list takes fails as no list."""
+    `"['A', 'B']"`); `""` is no tag. A string longer than any list of tags written out is
+    left to fail as not a list."""
     if not isinstance(value, str) or len(value) > MAX_TAG_TEXT:
         return value
     items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(","))
@@ -140,7 +141,7 @@ class ResourceDescription(BaseModel):
         Field(
             None,
             validation_alias=_alias("pilot_benchmark", "PilotBenchmark"),
-            description="The pilot's CPU power (DIRAC's HS06 normalisation factor).",
+            description="The pilot's CPU power, as a DIRAC pilot measures it (its CPU normalisation factor).",
         )
     )
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
