@@ -24,7 +24,7 @@ from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import task_queues, tq_jobs
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, levels_of, stored_levels
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, levels_of, stored_levels
 
 # For the moment between a TQ's creation and its group's refresh.
 INITIAL_PRIORITY = 1.0
@@ -33,7 +33,7 @@ INITIAL_PRIORITY = 1.0
 _MATCHING_COLUMNS = [
     task_queues.c[name]
     for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-                 "priority", "levels", "changed_at", *RAM_FIELDS, *MULTI_VALUE_FIELDS)
+                 "min_ram_mb", "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
 ]  # fmt: skip
 
 
