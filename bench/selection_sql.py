@@ -31,7 +31,7 @@ from fairmatch.matching.settings import MatchingSettings
 _SCRATCH = """
 DROP TABLE IF EXISTS bench_tq_gin;
 CREATE TABLE bench_tq_gin AS
-SELECT id, priority_class, cpu_time, priority,
+SELECT id, priority_class, cpu_time, priority, min_ram_mb,
        CASE WHEN cardinality(sites) = 0 THEN ARRAY['*'] ELSE sites END::text[] AS sites,
        CASE WHEN cardinality(platforms) = 0 THEN ARRAY['*'] ELSE platforms END::text[] AS platforms,
        CASE WHEN cardinality(job_types) = 0 THEN ARRAY['*'] ELSE job_types END::text[] AS job_types,
@@ -53,6 +53,7 @@ WHERE json_array_length(levels) > 0 AND cpu_time <= %(cpu)s
   AND (cardinality(platforms) = 0 OR platforms && %(platforms)s::varchar[])
   AND (cardinality(job_types) = 0 OR job_types && %(job_types)s::varchar[])
   AND NOT (%(site)s::varchar = ANY(banned_sites)) AND tags <@ %(tags)s::varchar[]
+  AND (%(ram)s::integer IS NULL OR min_ram_mb <= %(ram)s::integer)
 {_ORDER}"""
 
 GIN = f"""
@@ -61,6 +62,7 @@ WHERE cpu_time <= %(cpu)s
   AND sites && %(sites_w)s::text[] AND platforms && %(platforms_w)s::text[]
   AND job_types && %(job_types_w)s::text[]
   AND NOT (%(site)s::text = ANY(banned_sites)) AND tags <@ %(tags)s::text[]
+  AND (%(ram)s::integer IS NULL OR min_ram_mb <= %(ram)s::integer)
 {_ORDER}"""
 
 
@@ -68,7 +70,7 @@ def _params(resource: dict) -> dict:
     q = ResourceDescription.model_validate(resource).to_query(MatchingSettings())
     values = {f: sorted(v or ()) for f, v in q.values.items()}
     return {
-        "cpu": q.cpu_time, "site": q.site, "tags": sorted(q.tags or ()),
+        "cpu": q.cpu_time, "site": q.site, "tags": sorted(q.tags or ()), "ram": q.max_ram_mb,
         "sites": values["sites"], "platforms": values["platforms"], "job_types": values["job_types"],
         "sites_w": [*values["sites"], "*"], "platforms_w": [*values["platforms"], "*"],
         "job_types_w": [*values["job_types"], "*"],

@@ -25,6 +25,11 @@ USER_TYPES = {"User": 85.0, "Analysis": 15.0}
 VOS = {"vo1": 60.0, "vo2": 30.0, "vo3": 10.0}
 CPU_TIMES = {3600: 5.0, 21600: 15.0, 43200: 15.0, 86400: 30.0, 172800: 20.0, 259200: 10.0, 345600: 5.0}
 USERS_PER_VO = 200
+# RAM ranges (DIRAC 9's MinRAM/MaxRAM): this share of the TQs needs a minimum, drawn
+# from these weights, with a maximum of twice it; pilots offer these sizes (MaxRAM)
+RAM_SHARE = 0.2
+RAM_MINIMA = {2000: 40.0, 4000: 30.0, 8000: 20.0, 16000: 10.0}
+PILOT_RAM = {2000: 15.0, 4000: 35.0, 8000: 30.0, 16000: 15.0, 32000: 5.0}
 # chance of 0, 1, 2, 3 values per TQ
 SITE_COUNTS = (0.10, 0.50, 0.25, 0.15)
 TAG_COUNTS = (0.55, 0.25, 0.12, 0.08)
@@ -59,6 +64,15 @@ def _spec(rng: random.Random, rank_share: float, sites: Popular, tags: Popular) 
     }  # fmt: skip
 
 
+def _add_ram(specs: list[dict], rng: random.Random) -> None:
+    """RAM ranges on a share of the TQs, from a generator of their own: every other
+    field of the workload is what it was before TQs had them."""
+    for spec in specs:
+        if rng.random() < RAM_SHARE:
+            minimum = rng.choices(list(RAM_MINIMA), weights=list(RAM_MINIMA.values()))[0]
+            spec["min_ram_mb"], spec["max_ram_mb"] = minimum, 2 * minimum
+
+
 def _use_all(specs: list[dict], field: str, names: list[str], rng: random.Random) -> None:
     """Every site and tag appears somewhere: unused ones go to random TQs that
     already list 1 or 2 values (a niche TQ gains one more)."""
@@ -91,6 +105,7 @@ def diracx(
     specs = [_spec(rng, rank / n_tqs, sites, tags) for rank in range(n_tqs)]
     _use_all(specs, "sites", site_names, rng)
     _use_all(specs, "tags", tag_names, rng)
+    _add_ram(specs, random.Random(f"diracx-ram:{seed}"))
     reqs = requirements(specs, settings)
     for _ in range(100):
         dup = duplicates(reqs)
@@ -116,4 +131,5 @@ def diracx(
         job_types=(*PRODUCTION_TYPES, *USER_TYPES),
         cpu_times=dict(sorted(cpu_jobs.items())),
         user_priorities=user_priorities,
+        ram_mb=dict(PILOT_RAM),
     )

@@ -137,13 +137,14 @@ def _create_task_queues(
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
     changed = cur.execute("SELECT clock_timestamp()").fetchone()[0]
     columns = ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-               "job_class", "priority", "priority_origin", "created_at", *(f for f, _ in lists),
-               "levels", "changed_at")  # fmt: skip
+               "job_class", "min_ram_mb", "max_ram_mb", "priority", "priority_origin", "created_at",
+               *(f for f, _ in lists), "levels", "changed_at")  # fmt: skip
     reqs = workload.requirements
 
     _copy_rows(cur, "task_queues", columns, (
         (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].vo, reqs[i].cpu_time,
-         reqs[i].priority_class, reqs[i].job_class, INITIAL_PRIORITY, None, now,
+         reqs[i].priority_class, reqs[i].job_class, reqs[i].min_ram_mb, reqs[i].max_ram_mb, INITIAL_PRIORITY,
+         None, now,
          *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists),
          Json(_stored_levels(levels.get(i, Counter()))), changed)
         for i in indices

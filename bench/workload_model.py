@@ -15,7 +15,7 @@ from typing import Any
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_of
 from fairmatch.settings import Settings, load_settings
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
 
 # user priority -> share of each TQ's jobs: most jobs at the default 1, some
 # raised by their owners, so every TQ of more than a handful of jobs holds
@@ -92,6 +92,8 @@ class Workload:
     cpu_times: dict[int, float] = field(repr=False)
     # how each TQ's jobs spread over user priorities (the loader writes them so)
     user_priorities: Mix = USER_PRIORITY_MIX
+    # pilot memory sizes (MB, sent as MaxRAM) -> weight; empty: pilots state no MaxRAM
+    ram_mb: dict[int, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user_priorities", priority_mix(self.user_priorities))
@@ -125,6 +127,8 @@ def requirements_json(req: Requirements) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in _FIELDS:
         value = getattr(req, name)
+        if name in RAM_FIELDS and value == 0:
+            continue  # as to_json: a queue without a RAM range keeps the hash it had before them
         out[name] = list(value) if isinstance(value, tuple) else value
     return out
 

@@ -15,8 +15,8 @@ from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
 def pilots(workload: Workload, n: int, seed: int = 0, benchmarks: bool = True) -> list[dict]:
-    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag, and with
-    `benchmarks` the pilot's PilotBenchmark).
+    """`n` DIRAC resource descriptions (Site, CPUTime, Platform, JobType, Tag, MaxRAM when
+    the workload has pilot memory sizes, and with `benchmarks` the pilot's PilotBenchmark).
 
     Each starts from a TQ picked by its jobs, so busy TQs get most pilots, as
     they do when pilots are submitted for the waiting jobs. fairmatch gives a
@@ -50,6 +50,9 @@ def pilots(workload: Workload, n: int, seed: int = 0, benchmarks: bool = True) -
             resource["Tag"] = sorted({*req.tags, *extra})
         if benchmarks:
             resource["PilotBenchmark"] = round(power.uniform(5.0, 30.0), 2)  # DB12-like CPU power
+        if workload.ram_mb:  # a slot with the memory this TQ needs, often more
+            enough = {m: w for m, w in workload.ram_mb.items() if m >= req.min_ram_mb} or {req.min_ram_mb: 1.0}
+            resource["MaxRAM"] = rng.choices(list(enough), weights=list(enough.values()))[0]
         out.append(resource)
     return out
 
@@ -66,6 +69,8 @@ def catalog_of(workload: Workload) -> Catalog:
             "vo": req.vo,
             "cpu_time": req.cpu_time,
             "priority_class": req.priority_class,
+            "min_ram_mb": req.min_ram_mb,
+            "max_ram_mb": req.max_ram_mb,
             "priority": 1.0,
             "levels": [[1.0, jobs]],
             "changed_at": None,

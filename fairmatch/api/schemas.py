@@ -39,6 +39,8 @@ class Job(BaseModel):
     platforms: list[str]
     job_types: list[str]
     tags: list[str]
+    min_ram_mb: int = Field(description="The memory (MB) the job needs; 0: none.")
+    max_ram_mb: int = Field(description="The most memory (MB) the job may use, which the pilot enforces; 0: no limit.")
     user_priority: int
     priority_class: int
     job_class: str | None
@@ -107,6 +109,10 @@ class TaskQueue(BaseModel):
     platforms: list[str]
     job_types: list[str]
     tags: list[str]
+    min_ram_mb: int = Field(
+        description="The memory (MB) the queue's jobs need: a resource's MaxRAM must reach it; 0: none."
+    )
+    max_ram_mb: int = Field(description="The most memory (MB) the queue's jobs may use; 0: no limit.")
     created_at: datetime
 
 

@@ -31,7 +31,13 @@ def taskqueues(url: UrlOption = None, token: TokenOption = None) -> None:
 
 @app.command()
 def match(
-    site: Annotated[str, typer.Option(help="Site of the resource (`any`: every site).", show_default=False)],
+    site: Annotated[
+        list[str],
+        typer.Option(
+            help=f"Site of the resource (`any`: every site). {REPEATABLE} (the queues any of them may take)",
+            show_default=False,
+        ),
+    ],
     cpu_time: Annotated[int, typer.Option(min=0, help="CPU seconds the slot offers.", show_default=False)],
     grid_ce: Annotated[str | None, typer.Option(help="Computing element of the resource.")] = None,
     platform: Annotated[list[str] | None, typer.Option(help=f"Platform offered. {REPEATABLE}")] = None,
@@ -44,7 +50,7 @@ def match(
     owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
     vo: Annotated[str | None, typer.Option(help="Only jobs of this VO.")] = None,
     max_ram_mb: Annotated[
-        int | None, typer.Option(min=0, help="Memory of the slot in MB (adds the 1GB..NGB tags).")
+        int | None, typer.Option(min=0, help="Memory of the slot in MB (queues needing more are not eligible).")
     ] = None,
     processors: Annotated[
         int | None, typer.Option(min=1, help="Cores of the slot (adds the NProcessors tags).")
@@ -60,7 +66,7 @@ def match(
     Shows what a pilot with this resource could match. Claims nothing: jobs stay Waiting.
     """
     resource = {
-        "site": site,
+        "site": site[0] if len(site) == 1 else site,
         "cpu_time": cpu_time,
         "grid_ce": grid_ce,
         "platform": platform,
@@ -79,7 +85,7 @@ def match(
     show(
         answer,
         lambda doc: Group(
-            task_queue_table(doc, f"Task queues eligible at {site}", with_probability=True),
+            task_queue_table(doc, f"Task queues eligible at {', '.join(site)}", with_probability=True),
             analysis_table(doc["analysis"]),
             verdict(doc["analysis"]),
         ),

@@ -30,7 +30,7 @@ from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chun
 from fairmatch.db.raw import Row, execute_one
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.lifecycle import JobStatus
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
 
 # a job's spec, beside its jobs row wherever the whole job is read
 _SPEC = (job_specs.c.requirements, job_specs.c.payload)
@@ -461,6 +461,7 @@ def job_dict(row: Any) -> dict[str, Any]:
         "cpu_time": row.cpu_time,
         "cpu_bucket": requirements.get("cpu_time"),
         **{field: list(requirements.get(field, [])) for field in MULTI_VALUE_FIELDS},
+        **{field: requirements.get(field, 0) for field in RAM_FIELDS},
         "user_priority": row.user_priority,
         "priority_class": row.priority_class,
         "job_class": row.job_class,

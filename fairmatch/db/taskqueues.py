@@ -33,7 +33,7 @@ INITIAL_PRIORITY = 1.0
 _MATCHING_COLUMNS = [
     task_queues.c[name]
     for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-                 "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
+                 "min_ram_mb", "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
 ]  # fmt: skip
 
 
@@ -75,6 +75,8 @@ class TaskQueueDB(AreaDB):
                     "cpu_time": r.cpu_time,
                     "priority_class": r.priority_class,
                     "job_class": r.job_class,
+                    "min_ram_mb": r.min_ram_mb,
+                    "max_ram_mb": r.max_ram_mb,
                     "priority": INITIAL_PRIORITY,
                     "levels": [],
                     "created_at": now,
@@ -217,6 +219,8 @@ def _tq_dict(row: Any) -> dict[str, Any]:
         "cpu_time": row.cpu_time,
         "priority_class": row.priority_class,
         "job_class": row.job_class,
+        "min_ram_mb": row.min_ram_mb,
+        "max_ram_mb": row.max_ram_mb,
         "priority": row.priority,
         "priority_origin": row.priority_origin,
         "jobs": row.jobs,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from fairmatch.fields import Int, Name, NameList
 
 MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
 MAX_SECONDS = 1e12
+MAX_RAM_MB = 4_096_000  # 4 TB: anything beyond is a unit mistake
 
 PRIORITY_CLASS_MIN, PRIORITY_CLASS_MAX = -1023, 1024
 
@@ -31,6 +32,20 @@ class JobSpec(BaseModel):
     platforms: NameList = []
     job_types: NameList = []
     tags: NameList = []
+    # max before min: the check of min_ram_mb reads it
+    max_ram_mb: Int = Field(
+        0,
+        ge=0,
+        le=MAX_RAM_MB,
+        description="The most memory (MB) the job may use, which the pilot enforces; 0: no limit.",
+    )
+    min_ram_mb: Int = Field(
+        0,
+        ge=0,
+        le=MAX_RAM_MB,
+        description="The memory (MB) the job needs: only resources whose MaxRAM reaches it take it "
+        "(a resource stating no MaxRAM takes it too); 0: none. At most a non-zero max_ram_mb.",
+    )
     user_priority: Int = Field(1, ge=0, le=10, description="0 = background, 10 = always first.")
     priority_class: Int | None = Field(
         None, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX, description="None: the job class's default, or 0."
@@ -42,6 +57,14 @@ class JobSpec(BaseModel):
         "association tree, (account, owner) must be one of its associations.",
     )
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
+
+    @field_validator("min_ram_mb")
+    @classmethod
+    def _min_within_max(cls, min_ram_mb: int, info: ValidationInfo) -> int:
+        max_ram_mb = info.data.get("max_ram_mb")
+        if max_ram_mb and min_ram_mb > max_ram_mb:
+            raise ValueError(f"min_ram_mb {min_ram_mb} is above max_ram_mb {max_ram_mb}")
+        return min_ram_mb
 
     @property
     def charged_account(self) -> str:

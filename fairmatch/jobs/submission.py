@@ -29,6 +29,8 @@ def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]
         priority_class=spec.priority_class,
         job_class=spec.job_class,
         buckets=cpu_buckets,
+        min_ram_mb=spec.min_ram_mb,
+        max_ram_mb=spec.max_ram_mb,
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
     )
 
@@ -36,7 +38,8 @@ def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]
 def requirements_key(spec: JobSpec) -> tuple[object, ...]:
     """The JobSpec fields its Requirements are built from."""
     values = tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(spec, f) for f in MULTI_VALUE_FIELDS))
-    return (spec.owner, spec.owner_group, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class, values)
+    ram = (spec.min_ram_mb, spec.max_ram_mb)
+    return (spec.owner, spec.owner_group, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class, values, ram)
 
 
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:

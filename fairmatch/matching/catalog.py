@@ -19,6 +19,7 @@ What keeps the copy right:
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +45,7 @@ class Entry:
     vo: str
     cpu_time: int
     priority_class: int
+    min_ram_mb: int  # 0: no RAM requirement
     values: dict[str, tuple[str, ...]]
     priority: float
     levels: dict[float, int]  # real priority -> jobs (an upper bound between priority runs)
@@ -70,6 +72,12 @@ class Catalog:
         self.buckets: dict[int, int] = {}  # CPU bucket -> TQs
         self.classes_down: list[int] = []
         self.buckets_down: list[int] = []
+        # RAM: the TQs without a requirement, and per distinct minimum (ascending) the TQs
+        # needing it; the prefix unions of those, made when first asked for after a change
+        self.without_ram = 0
+        self.ram_minima: list[int] = []
+        self.needing_ram: dict[int, int] = {}
+        self._ram_up_to: list[int] | None = []
         self._priorities = np.zeros(64)
         self.sharing_groups: frozenset[str] = frozenset()  # JOB_SHARING: matched by group alone
         self.limited_sites: frozenset[str] = frozenset()  # sites with site limits
@@ -114,8 +122,8 @@ class Catalog:
         values = {f: tuple(row[f] or ()) for f in MULTI_VALUE_FIELDS}
         entry = Entry(
             tq_id=row["id"], requirements_hash=row["requirements_hash"], position=position, owner=row["owner"], owner_group=row["owner_group"], vo=row["vo"],
-            cpu_time=int(row["cpu_time"]), priority_class=int(row["priority_class"]), values=values,
-            priority=0.0, levels={}, changed_at=None,
+            cpu_time=int(row["cpu_time"]), priority_class=int(row["priority_class"]),
+            min_ram_mb=int(row["min_ram_mb"]), values=values, priority=0.0, levels={}, changed_at=None,
         )  # fmt: skip
         self.entries[entry.tq_id] = entry
         self.slots.append(entry)
@@ -139,6 +147,13 @@ class Catalog:
         if entry.cpu_time not in self.buckets:
             self.buckets_down = sorted([*self.buckets, entry.cpu_time], reverse=True)
         self.buckets[entry.cpu_time] = self.buckets.get(entry.cpu_time, 0) | b
+        if entry.min_ram_mb <= 0:
+            self.without_ram |= b
+        else:
+            if entry.min_ram_mb not in self.needing_ram:
+                insort(self.ram_minima, entry.min_ram_mb)
+            self.needing_ram[entry.min_ram_mb] = self.needing_ram.get(entry.min_ram_mb, 0) | b
+            self._ram_up_to = None
         return entry
 
     def drain(self, entry: Entry, level: float | None = None) -> None:
@@ -165,6 +180,17 @@ class Catalog:
             if bucket <= seconds:
                 found |= positions
         return found
+
+    def ram_at_most(self, mb: int) -> int:
+        """TQs without a RAM requirement or whose minimum is at most `mb`: one bisect
+        over the distinct minima and one union, whatever the number of TQs."""
+        if self._ram_up_to is None:
+            found, self._ram_up_to = 0, []
+            for minimum in self.ram_minima:
+                found |= self.needing_ram[minimum]
+                self._ram_up_to.append(found)
+        index = bisect_right(self.ram_minima, mb)
+        return self.without_ram | (self._ram_up_to[index - 1] if index else 0)
 
     def tags_within(self, offered: frozenset[str]) -> int:
         """TQs whose tags are all among `offered`: those with as many of the offered

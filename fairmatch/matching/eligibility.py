@@ -17,7 +17,7 @@ from fairmatch.matching.resource import ResourceQuery
 FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platform", "job_types": "job_type"}
 # every condition `conditions` may name, in the order an analysis lists them
 CONDITION_NAMES = (
-    "cpu_time", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
+    "cpu_time", "ram", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
     "owner_group", "owner", "vo", "site_limit", "site_mask",
 )  # fmt: skip
 
@@ -25,12 +25,16 @@ CONDITION_NAMES = (
 def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     """(condition, TQs that pass it) for every condition the resource puts."""
     found = [("cpu_time", catalog.cpu_at_most(q.cpu_time))]
+    if q.max_ram_mb is not None:
+        # a TQ without a RAM requirement goes anywhere; else the slot must reach its minimum
+        found.append(("ram", catalog.ram_at_most(q.max_ram_mb)))
     for field, values in q.values.items():
         if values is not None:
             # a TQ without values for the field accepts anything; else one value must be shared
             found.append((FIELD_CONDITIONS[field], catalog.without[field] | catalog.with_any(field, values)))
-    if q.site is not None:
-        found.append(("banned_site", catalog.every & ~catalog.with_value("banned_sites", q.site)))
+    sites = q.values["sites"]
+    if sites:
+        found.append(("banned_site", _not_banned(catalog, sites)))
     if q.tags is not None:
         found.append(("tags", catalog.tags_within(q.tags)))  # the TQ's tags must all be offered
     if q.required_tags:
@@ -41,10 +45,10 @@ def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     if q.owner_groups is not None:
         found.append(("owner_group", catalog.with_any("owner_group", q.owner_groups)))
     if q.owner is not None:
-        # JOB_SHARING groups are matched by group alone
-        found.append(
-            ("owner", catalog.with_value("owner", q.owner) | catalog.with_any("owner_group", catalog.sharing_groups))
-        )
+        # the owner's own TQs; with groups named too, JOB_SHARING groups' TQs by group alone
+        # (DIRAC's TaskQueueDB: an Owner without an OwnerGroup asks for that owner's TQs)
+        sharing = catalog.with_any("owner_group", catalog.sharing_groups) if q.owner_groups is not None else 0
+        found.append(("owner", catalog.with_value("owner", q.owner) | sharing))
     if q.vo is not None:
         found.append(("vo", catalog.with_value("vo", q.vo)))
     limited = (
@@ -55,8 +59,25 @@ def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     if limited:
         found.append(("site_limit", catalog.every & ~limited))
     if q.masked_job_types is not None:
+        # a masked (banned) site takes only TQs listing one of these job types; none listed: out
         found.append(("site_mask", catalog.with_any("job_types", q.masked_job_types)))
     return found
+
+
+def _not_banned(catalog: Catalog, sites: frozenset[str]) -> int:
+    """The TQs one of the named sites may run without the TQ banning it. With several
+    sites, a TQ passes when a site it accepts does not ban it; a TQ no named site is
+    accepted by (the `site` condition's) passes when one of them does not ban it, so
+    that it counts under `banned_site` only when every named site is banned. With one
+    site, simply: the TQs not banning it."""
+    if len(sites) == 1:
+        return catalog.every & ~catalog.with_value("banned_sites", next(iter(sites)))
+    accepting = catalog.without["sites"] | catalog.with_any("sites", sites)
+    passing = 0
+    for site in sites:
+        accepted_here = catalog.without["sites"] | catalog.with_value("sites", site)
+        passing |= ~catalog.with_value("banned_sites", site) & (accepted_here | ~accepting)
+    return catalog.every & passing
 
 
 def eligible(catalog: Catalog, q: ResourceQuery) -> int:

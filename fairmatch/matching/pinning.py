@@ -18,7 +18,7 @@ def pin_resource(caller: Principal, resource: Resource) -> Resource:
     if caller.role is not Role.pilot:
         return resource
     update: dict[str, Any] = {}
-    if caller.site is not None and resource.site != caller.site:
+    if caller.site is not None and set(resource.sites) != {caller.site}:
         raise Forbidden(f"this pilot may only match for site {caller.site!r}, not {resource.site!r}")
     if caller.groups:
         asked = set(resource.owner_group or ())

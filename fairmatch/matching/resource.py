@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     AliasChoices,
     AliasPath,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    JsonValue,
     ModelWrapValidatorHandler,
+    Strict,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -19,14 +26,74 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fairmatch.errors import BadRequest
-from fairmatch.fields import Int, Name, NameList
-from fairmatch.jobs.models import MAX_CPU_TIME
+from fairmatch.fields import MAX_NAME, MAX_VALUES, Int, Name, NameList
+from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB
 from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import ANY
 
-# Derived tags are spelled out in SQL; these caps bound them (4 TB, 1024 cores).
-MAX_RAM_MB = 4_096_000
+# Derived tags are spelled out one by one; this cap bounds them (1024 cores).
 MAX_PROCESSORS = 1024
+# a CPU power per core no machine comes near: anything beyond is not a benchmark
+MAX_BENCHMARK = 1e6
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# tags as one string: as long as the longest list, written out with separators and quotes
+MAX_TAG_TEXT = MAX_VALUES * (MAX_NAME + 4)
+# what a pilot reading its numbers from a configuration file sends for them
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d{1,20}\s*")
+_NUMBER_TEXT = re.compile(r"\s*[+-]?(\d{1,20}(\.\d{0,20})?|\.\d{1,20})([eE][+-]?\d{1,4})?\s*")
+
+
+def is_any(tag: str) -> bool:
+    """DIRAC's `any` among tags: in any case, its punctuation ignored (`Any`, `"any"`, `[ANY]`)."""
+    return tag.lower().translate(_PUNCTUATION) == ANY
+
+
+def _tags_from_text(value: Any) -> Any:
+    """DIRAC's Matcher takes tags as a list, or as one string of them: comma-separated,
+    in optional brackets, each stripped of spaces and quotes (`"GPU, 8Processors"`,
+    `"['A', 'B']"`); `""` is no tag. A string longer than any list of tags written out is
+    left to fail as not a list."""
+    if not isinstance(value, str) or len(value) > MAX_TAG_TEXT:
+        return value
+    items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(","))
+    return [item for item in items if item]
+
+
+def _number_from_text(value: Any) -> Any:
+    """`"86400"`, `" 4 "`, `"12.5"`, `"2.5e3"`: a number written as text is that number
+    (an integer when written as one; a float then fails an integer's type as a float
+    would); any other text is left to fail as not a number."""
+    if isinstance(value, str):
+        if _INTEGER_TEXT.fullmatch(value):
+            return int(value)
+        if _NUMBER_TEXT.fullmatch(value):
+            return float(value)
+    return value
+
+
+TagText = Annotated[str, Field(max_length=MAX_TAG_TEXT)]
+TagList = Annotated[
+    list[Name],
+    BeforeValidator(
+        _tags_from_text, json_schema_input_type=TagText | Annotated[list[Name], Field(max_length=MAX_VALUES)]
+    ),
+    Field(max_length=MAX_VALUES),
+]
+# numbers a pilot may also send as text, last in a type's metadata so that its bounds
+# stay in the schema; never true/false
+FromText = BeforeValidator(_number_from_text)
+
+
+def _one_or_several(value: Any) -> str:
+    return "several" if isinstance(value, list) else "one"
+
+
+# the dry run's Site: one site, or several (the queues any of them may take)
+SiteOrSites = Annotated[
+    Annotated[Name, Tag("one")] | Annotated[list[Name], Field(min_length=1, max_length=MAX_VALUES), Tag("several")],
+    Discriminator(_one_or_several),
+]
 
 
 def _alias(snake: str, dirac: str) -> AliasChoices:
@@ -41,23 +108,42 @@ class ResourceDescription(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    site: Name = Field(validation_alias=_alias("site", "Site"))
-    cpu_time: Int = Field(ge=0, le=MAX_CPU_TIME, validation_alias=_alias("cpu_time", "CPUTime"))
+    site: SiteOrSites = Field(
+        validation_alias=_alias("site", "Site"),
+        description="The resource's site; the dry run also takes a list: the queues any of them may take.",
+    )
+    cpu_time: Annotated[Int, Field(ge=0, le=MAX_CPU_TIME), FromText] = Field(
+        validation_alias=_alias("cpu_time", "CPUTime")
+    )
     grid_ce: NameList | None = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
     platform: NameList | None = Field(None, validation_alias=_alias("platform", "Platform"))
     job_type: NameList | None = Field(None, validation_alias=_alias("job_type", "JobType"))
-    tags: NameList | None = Field(None, validation_alias=_alias("tags", "Tag"))
-    required_tags: NameList | None = Field(None, validation_alias=_alias("required_tags", "RequiredTag"))
+    tags: TagList | None = Field(None, validation_alias=_alias("tags", "Tag"))
+    required_tags: TagList | None = Field(None, validation_alias=_alias("required_tags", "RequiredTag"))
     owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
     owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
     vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
-    max_ram_mb: Int | None = Field(None, ge=0, le=MAX_RAM_MB, validation_alias=_alias("max_ram_mb", "MaxRAM"))
-    number_of_processors: Int | None = Field(
-        None, ge=1, le=MAX_PROCESSORS, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
+    max_ram_mb: Annotated[Int, Field(ge=0, le=MAX_RAM_MB), FromText] | None = Field(
+        None,
+        validation_alias=_alias("max_ram_mb", "MaxRAM"),
+        description="The slot's memory (MB): queues whose min_ram_mb is above it are not eligible.",
     )
-    whole_node: bool | None = Field(None, validation_alias=_alias("whole_node", "WholeNode"))
+    number_of_processors: Annotated[Int, Field(ge=1, le=MAX_PROCESSORS), FromText] | None = Field(
+        None, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
+    )
+    whole_node: JsonValue = Field(
+        None,
+        validation_alias=_alias("whole_node", "WholeNode"),
+        description="Present with any value (even false), the resource offers the tag `WholeNode`, as DIRAC's Matcher.",
+    )
     pilot_reference: Name | None = Field(None, validation_alias=_alias("pilot_reference", "PilotReference"))
-    pilot_benchmark: float | None = Field(None, ge=0, validation_alias=_alias("pilot_benchmark", "PilotBenchmark"))
+    pilot_benchmark: Annotated[float, Strict(), Field(ge=0, le=MAX_BENCHMARK, allow_inf_nan=False), FromText] | None = (
+        Field(
+            None,
+            validation_alias=_alias("pilot_benchmark", "PilotBenchmark"),
+            description="The pilot's CPU power, as a DIRAC pilot measures it (its CPU normalisation factor).",
+        )
+    )
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
 
@@ -91,21 +177,34 @@ class ResourceDescription(BaseModel):
                 errors.append({"type": message, "loc": (dirac if dirac_style else snake,), "input": data})
             raise ValidationError.from_exception_data(exc.title, errors) from None
 
+    @property
+    def sites(self) -> list[str]:
+        """The site, or the dry run's sites, as a list."""
+        return [self.site] if isinstance(self.site, str) else list(self.site)
+
+    @property
+    def offers_whole_node(self) -> bool:
+        """DIRAC's Matcher adds the tag for the key's presence, whatever its value."""
+        return "whole_node" in self.model_fields_set
+
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
         """The filter. A grid CE, platform or job type left out limits the resource to queues
         listing none (`strict`), or is no condition at all (`dirac`, as DIRAC's TaskQueueDB)."""
         unstated: frozenset[str] | None = frozenset() if options.unstated_fields == "strict" else None
-        tags = set(self.tags or ()) | derived_tags(self.max_ram_mb, self.number_of_processors, self.whole_node)
-        any_tag = any(t.lower() == ANY for t in tags)
+        tags = set(self.tags or ()) | derived_tags(self.number_of_processors, self.offers_whole_node)
+        any_tag = any(is_any(t) for t in tags)
         required = frozenset(self.required_tags or ())
+        if any(is_any(t) for t in required):
+            required = frozenset()  # no required-tag condition, as DIRAC's TaskQueueDB
         if not any_tag and not required <= tags:
             missing = ", ".join(sorted(required - tags))
             raise BadRequest(f"required_tags must be a subset of tags; not offered: {missing}")
+        sites = _values(self.sites, None)
         return ResourceQuery(
-            site=None if self.site.lower() == ANY else self.site,
+            site=next(iter(sites)) if sites is not None and len(sites) == 1 else None,
             cpu_time=self.cpu_time,
             values={
-                "sites": _values(self.site, None),
+                "sites": sites,
                 "grid_ces": _values(self.grid_ce, unstated),
                 "platforms": _values(self.platform, unstated),
                 "job_types": _values(self.job_type, unstated),
@@ -116,12 +215,15 @@ class ResourceDescription(BaseModel):
             owner=self.owner,
             vo=self.vo,
             job_id=self.job_id,
+            max_ram_mb=self.max_ram_mb,
         )
 
 
 class ClaimingResource(ResourceDescription):
     """The resource of a pilot claiming a job. The claim records its site, which site limits
-    count: `any` lifts the site condition of a dry run but names no site to run at."""
+    count: one site, and `any` lifts the site condition of a dry run but names no site to run at."""
+
+    site: Name = Field(validation_alias=_alias("site", "Site"), description="The site the pilot runs at.")
 
     @field_validator("site")
     @classmethod
@@ -141,11 +243,10 @@ def _values(given: str | list[str] | None, unstated: frozenset[str] | None) -> f
     return frozenset(items)
 
 
-def derived_tags(max_ram_mb: int | None, processors: int | None, whole_node: bool | None) -> set[str]:
-    """DIRAC's tags for memory, cores and whole nodes: `1GB`..`NGB`, `2Processors`..`NProcessors`."""
+def derived_tags(processors: int | None, whole_node: bool) -> set[str]:
+    """DIRAC's tags for cores and whole nodes: `MultiProcessor`, `2Processors`..`NProcessors`,
+    `WholeNode`. (DIRAC 9 makes no `1GB`..`NGB` tags of MaxRAM: memory is a condition of its own.)"""
     tags: set[str] = set()
-    if max_ram_mb:
-        tags.update(f"{gb}GB" for gb in range(1, max_ram_mb // 1000 + 1))
     if processors and processors > 1:
         tags.add("MultiProcessor")
         tags.update(f"{n}Processors" for n in range(2, processors + 1))
@@ -156,7 +257,8 @@ def derived_tags(max_ram_mb: int | None, processors: int | None, whole_node: boo
 
 @dataclass(frozen=True, slots=True)
 class ResourceQuery:
-    """The eligibility filter. For value sets, None means no condition."""
+    """The eligibility filter. For value sets, None means no condition. `site` is the one
+    site named (None: any, or several: `values["sites"]` holds them)."""
 
     site: str | None
     cpu_time: int
@@ -171,4 +273,7 @@ class ResourceQuery:
     banned_job_types: frozenset[str] = frozenset()
     banned_owner_groups: frozenset[str] = frozenset()
     banned_owners: frozenset[str] = frozenset()
+    # the slot's memory (MB): queues needing more are out; None: no RAM condition
+    max_ram_mb: int | None = None
+    # the site mask: None, no mask applies; else only queues listing one of these job types pass
     masked_job_types: frozenset[str] | None = None

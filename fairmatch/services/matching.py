@@ -24,7 +24,7 @@ from fairmatch.matching.choice import chances
 from fairmatch.matching.eligibility import analysis
 from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.matching.site_mask import with_site_mask
 from fairmatch.metrics import (
     CLAIM_BATCH_SIZE,
@@ -61,7 +61,7 @@ def _pilot_ce(resource: ResourceDescription) -> str | None:
 
 async def match(
     conn: AsyncConnection,
-    resource: ResourceDescription,
+    resource: ClaimingResource,
     settings: Settings,
     rng: random.Random,
     requester: str,
@@ -83,7 +83,7 @@ async def match(
         MATCH_DURATION.observe(time.perf_counter() - started)
 
 
-def _count_empty(conn: AsyncConnection, resource: ResourceDescription, requester: str) -> None:
+def _count_empty(conn: AsyncConnection, resource: ClaimingResource, requester: str) -> None:
     """A 204 for a pilot on record: counted in this process, written by the background loop."""
     assert resource.pilot_reference is not None
     tally_of(conn.engine).count(
@@ -124,7 +124,7 @@ class _Surroundings:
 
 async def _match(
     conn: AsyncConnection,
-    resource: ResourceDescription,
+    resource: ClaimingResource,
     settings: Settings,
     rng: random.Random,
     requester: str,
@@ -187,7 +187,7 @@ async def _site_limits(conn: AsyncConnection, site: str | None, grid_ce: str | N
         return await LimitDB.of(conn).of_site(site, grid_ce, utcnow())
 
 
-def _log_decision(resource: ResourceDescription, tq_id: int | None, job_id: int | None) -> None:
+def _log_decision(resource: ClaimingResource, tq_id: int | None, job_id: int | None) -> None:
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "match decision",

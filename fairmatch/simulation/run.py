@@ -134,7 +134,7 @@ class Simulation:
         self.matching = settings.effective_matching
         self.query = ResourceDescription(
             site=self.clock.site, cpu_time=self.clock.cpu_time, platform=self.clock.platform,
-            job_type=self.clock.job_type, tags=self.clock.tags,
+            job_type=self.clock.job_type, tags=self.clock.tags, max_ram_mb=self.clock.max_ram_mb,
         ).to_query(self.matching)  # fmt: skip
         self._classes = {i: self._priority_class(s) for i, s in enumerate(scenario.streams)}
 

@@ -23,7 +23,7 @@ from fairmatch.accounting.associations import (
 )
 from fairmatch.fields import Int, Name, NameList
 from fairmatch.jobs.classes import JobClass, JobClassSpec
-from fairmatch.jobs.models import MAX_CPU_TIME, JobSpec
+from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB, JobSpec
 from fairmatch.settings import GivenSettings, Settings
 from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
@@ -49,6 +49,9 @@ class Clock(BaseModel):
     platform: NameList | None = None
     job_type: NameList | None = None
     tags: NameList | None = None
+    max_ram_mb: Int | None = Field(
+        None, ge=0, le=MAX_RAM_MB, description="Memory (MB) a slot offers, its MaxRAM; unset: no RAM condition."
+    )
     imported_runtime_hours: float = Field(
         2.0, gt=0, description="Mean run time of the waiting jobs read with --from (the service does not know it)."
     )

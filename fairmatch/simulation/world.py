@@ -188,6 +188,7 @@ class World:
         return {"id": queue.tq_id, "requirements_hash": queue.requirements_hash, "changed_at": changed_at,
                 "priority": priority, "levels": stored_levels(queue.counts), "owner": r.owner,
                 "owner_group": r.owner_group, "vo": r.vo, "cpu_time": r.cpu_time, "priority_class": r.priority_class,
+                "min_ram_mb": r.min_ram_mb, "max_ram_mb": r.max_ram_mb,
                 **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}}  # fmt: skip
 
     def waiting_per_group(self) -> dict[str, int]:

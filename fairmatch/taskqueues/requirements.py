@@ -21,6 +21,10 @@ MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_typ
 # Site = ANY). Tags and banned sites are literal.
 WILDCARD_FIELDS = ("sites", "grid_ces", "platforms", "job_types")
 
+# The memory range a queue's jobs need, in MB; 0 means none. Left out of the canonical
+# form while 0, so that the queues made before RAM ranges existed keep their hash.
+RAM_FIELDS = ("min_ram_mb", "max_ram_mb")
+
 
 def bucket_cpu_time(cpu_time: int, buckets: Sequence[int]) -> int:
     """Move `cpu_time` up to the first bucket >= it, capped at the last bucket."""
@@ -76,6 +80,8 @@ class Requirements:
     platforms: tuple[str, ...] = ()
     job_types: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    min_ram_mb: int = 0
+    max_ram_mb: int = 0
 
     @classmethod
     def build(
@@ -88,6 +94,8 @@ class Requirements:
         priority_class: int,
         buckets: Sequence[int],
         job_class: str | None = None,
+        min_ram_mb: int = 0,
+        max_ram_mb: int = 0,
         **multi_values: Iterable[str] | None,
     ) -> Requirements:
         unknown = set(multi_values) - set(MULTI_VALUE_FIELDS)
@@ -100,6 +108,8 @@ class Requirements:
             cpu_time=bucket_cpu_time(cpu_time, buckets),
             priority_class=priority_class,
             job_class=job_class,
+            min_ram_mb=min_ram_mb,
+            max_ram_mb=max_ram_mb,
             **{
                 field: normalise_values(multi_values.get(field), wildcard=field in WILDCARD_FIELDS)
                 for field in MULTI_VALUE_FIELDS
@@ -112,7 +122,13 @@ class Requirements:
         return cls(**fields)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """The canonical form (what the hash digests, what a job's spec stores): a RAM
+        bound of 0 is left out, and `from_json` reads its absence as 0."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(self).items()
+            if not (k in RAM_FIELDS and v == 0)
+        }
 
     def values(self, field: str) -> tuple[str, ...]:
         values: tuple[str, ...] = getattr(self, field)

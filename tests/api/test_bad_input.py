@@ -129,6 +129,8 @@ NUMBER_CASES = {
     "cpu_time": [-1, 10**9 + 1, 2**70, "one hour", 1.5, [], {"s": 1}],
     "user_priority": [-1, 11, 2**70, "high", 1.5],
     "priority_class": [-1024, 1025, -(2**70), "urgent", 0.5],
+    "min_ram_mb": [-1, 4_096_001, 2**70, "2GB", "2000", 1.5, True],
+    "max_ram_mb": [-1, 4_096_001, 2**70, "4GB", "4000", 2000.5, False],
 }
 
 
@@ -150,6 +152,9 @@ def test_bad_number_is_422_at_that_field(api, field, value):
         ("user_priority", 10),
         ("priority_class", -1023),
         ("priority_class", 1024),
+        ("min_ram_mb", 0),
+        ("min_ram_mb", 4_096_000),
+        ("max_ram_mb", 4_096_000),
     ],
 )
 def test_numbers_at_their_bounds_are_accepted(client, field, value):
@@ -180,6 +185,28 @@ BAD_LISTS = {
 def test_bad_value_list_is_422_at_that_field(api, field, value, at):
     r = api.post("/jobs", json={"jobs": [spec(**{field: value})]})
     assert_problem(r, 422, ["body", "jobs", 0, field, *at])
+
+
+@pytest.mark.parametrize(
+    ("ram", "accepted"),
+    [
+        ({"min_ram_mb": 4000, "max_ram_mb": 2000}, False),
+        ({"min_ram_mb": 4001, "max_ram_mb": 4000}, False),
+        ({"max_ram_mb": 4000, "min_ram_mb": 4000}, True),
+        ({"min_ram_mb": 4000, "max_ram_mb": 0}, True),  # 0: no maximum
+        ({"min_ram_mb": 4000}, True),
+        ({"max_ram_mb": 2000}, True),
+    ],
+)
+def test_min_ram_above_a_non_zero_max_ram_is_422_at_min_ram(client, ram, accepted):
+    r = client.post("/jobs", json={"jobs": [spec(), spec(**ram)]})
+    if accepted:
+        assert r.status_code == 201, r.text
+        return
+    body = assert_problem(r, 422, ["body", "jobs", 1, "min_ram_mb"])
+    assert [e["loc"] for e in body["errors"]] == [["body", "jobs", 1, "min_ram_mb"]]
+    assert "max_ram_mb" in body["errors"][0]["msg"]
+    assert client.get("/jobs").json()["jobs"] == []
 
 
 def test_payload_over_64_kib_is_422_at_the_payload(api):
@@ -287,6 +314,7 @@ def test_rejected_submissions_store_nothing(client):
 SITE, CPU = {"site", "Site"}, {"cpu_time", "CPUTime"}
 NPROC, RAM = {"number_of_processors", "NumberOfProcessors"}, {"max_ram_mb", "MaxRAM"}
 JOB_ID, PILOT_REF = {"job_id", "JobID"}, {"pilot_reference", "PilotReference"}
+BENCH = {"pilot_benchmark", "PilotBenchmark"}
 BAD_RESOURCES = {
     "missing-Site": ({"CPUTime": 1}, ["body", SITE]),
     "missing-CPUTime": ({"Site": "S1"}, ["body", CPU]),
@@ -294,11 +322,28 @@ BAD_RESOURCES = {
     "empty-Site": ({"Site": "", "CPUTime": 1}, ["body", SITE]),
     "nul-Site": ({"Site": "S\x00", "CPUTime": 1}, ["body", SITE]),
     "long-Site": ({"Site": "s" * 256, "CPUTime": 1}, ["body", SITE]),
-    "list-Site": ({"Site": ["S1"], "CPUTime": 1}, ["body", SITE]),
+    "empty-Site-list": ({"Site": [], "CPUTime": 1}, ["body", SITE]),
+    "empty-Site-in-a-list": ({"Site": ["S1", ""], "CPUTime": 1}, ["body", SITE]),
+    "number-Site": ({"Site": 7, "CPUTime": 1}, ["body", SITE]),
     "negative-CPUTime": ({"Site": "S1", "CPUTime": -1}, ["body", CPU]),
     "negative-cpu_time": ({"site": "S1", "cpu_time": -1}, ["body", CPU]),
     "huge-CPUTime": ({"Site": "S1", "CPUTime": 2**70}, ["body", CPU]),
     "string-CPUTime": ({"Site": "S1", "CPUTime": "lots"}, ["body", CPU]),
+    "fraction-text-CPUTime": ({"Site": "S1", "CPUTime": "1.5"}, ["body", CPU]),
+    "empty-text-CPUTime": ({"Site": "S1", "CPUTime": ""}, ["body", CPU]),
+    "negative-text-CPUTime": ({"Site": "S1", "CPUTime": "-1"}, ["body", CPU]),
+    "MaxRAM-text-with-unit": ({**PILOT, "MaxRAM": "4GB"}, ["body", RAM]),
+    "NumberOfProcessors-text-0": ({**PILOT, "NumberOfProcessors": "0"}, ["body", NPROC]),
+    "NumberOfProcessors-bool": ({**PILOT, "NumberOfProcessors": True}, ["body", NPROC]),
+    "PilotBenchmark-negative": ({**PILOT, "PilotBenchmark": -1}, ["body", BENCH]),
+    "PilotBenchmark-text": ({**PILOT, "PilotBenchmark": "fast"}, ["body", BENCH]),
+    "PilotBenchmark-nan-text": ({**PILOT, "PilotBenchmark": "nan"}, ["body", BENCH]),
+    "PilotBenchmark-huge-text": ({**PILOT, "PilotBenchmark": "1e999"}, ["body", BENCH]),
+    "Tag-control-in-text": ({**PILOT, "Tag": "GPU, a\x01b"}, ["body", {"tags", "Tag"}]),
+    "RequiredTag-long-in-text": (
+        {**PILOT, "Tag": "A", "RequiredTag": "A, " + "r" * 256},
+        ["body", {"required_tags", "RequiredTag"}],
+    ),
     "NumberOfProcessors-0": ({**PILOT, "NumberOfProcessors": 0}, ["body", NPROC]),
     "NumberOfProcessors-huge": ({**PILOT, "NumberOfProcessors": 10**6}, ["body", NPROC]),
     "MaxRAM-negative": ({**PILOT, "MaxRAM": -1}, ["body", RAM]),
@@ -306,7 +351,6 @@ BAD_RESOURCES = {
     "JobID-0": ({**PILOT, "JobID": 0}, ["body", JOB_ID]),
     "JobID-negative": ({**PILOT, "JobID": -3}, ["body", JOB_ID]),
     "JobID-huge": ({**PILOT, "JobID": 2**70}, ["body", JOB_ID]),
-    "WholeNode-string": ({**PILOT, "WholeNode": "maybe"}, ["body", {"whole_node", "WholeNode"}]),
     "Tag-number": ({**PILOT, "Tag": [1]}, ["body", {"tags", "Tag"}]),
     "Platform-long": ({**PILOT, "Platform": ["p" * 256]}, ["body", {"platform", "Platform"}]),
     "OwnerGroup-empty-element": ({**PILOT, "OwnerGroup": [""]}, ["body", {"owner_group", "OwnerGroup"}]),
@@ -337,6 +381,16 @@ def test_match_refuses_site_any_which_only_a_dry_run_may_describe(api, resource,
     assert api.post("/taskqueues/matching", json=resource).status_code == 200
 
 
+def test_match_refuses_a_list_of_sites_which_only_a_dry_run_may_name(api):
+    job_id = submit_one(api)
+    for sites in (["S1", "S2"], ["S1"]):
+        for key in ("Site", "site"):
+            body = assert_problem(api.post("/match", json={key: sites, "CPUTime": 1}), 422)
+            assert [e["loc"] for e in body["errors"]] == [["body", key]]
+            assert api.post("/taskqueues/matching", json={key: sites, "CPUTime": 10**6}).status_code == 200
+    assert_still_waiting(api, job_id)
+
+
 # the exact key named: a missing key in the caller's own spelling, as a bad value's is
 SPELLINGS = {
     "DIRAC-missing-Site": ({"CPUTime": 1}, "Site", "Field required (send Site or site)"),
@@ -361,9 +415,10 @@ def test_a_resource_key_is_named_as_the_caller_spells_it(api, path, resource, ke
         {"RequiredTag": ["GPU"]},
         {"Tag": ["CPU"], "RequiredTag": ["GPU"]},
         {"tags": ["a", "b"], "required_tags": ["b", "c"]},
-        {"MaxRAM": 2000, "RequiredTag": ["4GB"]},
+        {"MaxRAM": 4000, "RequiredTag": ["4GB"]},
+        {"Tag": "CPU, SSD", "RequiredTag": "[GPU]"},
     ],
-    ids=["no-tags", "other-tag", "partly", "beyond-derived"],
+    ids=["no-tags", "other-tag", "partly", "maxram-yields-no-gb-tag", "as-text"],
 )
 @pytest.mark.parametrize("path", ["/match", "/taskqueues/matching"])
 def test_required_tags_not_a_subset_of_tags_is_400(api, path, tags):
@@ -373,9 +428,9 @@ def test_required_tags_not_a_subset_of_tags_is_400(api, path, tags):
 
 
 def test_required_tags_covered_by_derived_tags_are_accepted(client):
-    submit_one(client, tags=["8GB"])  # needs more memory than the slot has
-    r = client.post("/match", json={**PILOT, "MaxRAM": 4000, "NumberOfProcessors": 4,
-                                    "RequiredTag": ["4GB", "4Processors"]})  # fmt: skip
+    submit_one(client, tags=["8Processors"])  # needs more cores than the slot has
+    r = client.post("/match", json={**PILOT, "NumberOfProcessors": 4, "WholeNode": False,
+                                    "RequiredTag": ["MultiProcessor", "4Processors", "WholeNode"]})  # fmt: skip
     assert r.status_code == 204, r.text
 
 

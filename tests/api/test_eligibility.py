@@ -14,6 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
+
+from fairmatch.db.tables import task_queues
 
 BIG = 10**6  # CPU seconds that take every default bucket up to 864000
 PROBLEM_JSON = "application/problem+json"
@@ -343,22 +346,10 @@ def test_required_tags_not_subset_of_tags_is_400(client, path, body):
     "spec, accepts, refuses",
     [
         rule(
-            "maxram-gives-1GB-to-its-GB",
+            "maxram-yields-no-GB-tags",
             {"tags": ["4GB"]},
-            accepts=[resource(MaxRAM=4000), resource(MaxRAM=8000), resource(max_ram_mb=4999)],
-            refuses=[resource(MaxRAM=3999), resource()],
-        ),
-        rule(
-            "maxram-4000-gives-every-GB-from-1",
-            {"tags": ["1GB", "2GB", "3GB"]},
-            accepts=[resource(MaxRAM=4000)],
-            refuses=[resource(MaxRAM=999)],
-        ),
-        rule(
-            "maxram-4000-not-5GB",
-            {"tags": ["5GB"]},
-            accepts=[resource(MaxRAM=5000)],
-            refuses=[resource(MaxRAM=4000)],
+            accepts=[resource(Tag="4GB"), resource(Tag="4GB", MaxRAM=2000)],
+            refuses=[resource(MaxRAM=4000), resource(MaxRAM=64000), resource(max_ram_mb=4999)],
         ),
         rule(
             "processors-give-2Processors-to-NProcessors",
@@ -387,8 +378,16 @@ def test_required_tags_not_subset_of_tags_is_400(client, path, body):
         rule(
             "whole-node-gives-WholeNode",
             {"tags": ["WholeNode"]},
-            accepts=[resource(WholeNode=True), resource(WholeNode=True, RequiredTag="WholeNode")],
-            refuses=[resource(WholeNode=False), resource()],
+            accepts=[
+                resource(WholeNode=True),
+                resource(WholeNode=True, RequiredTag="WholeNode"),
+                # DIRAC's Matcher adds the tag for the key's presence, whatever its value
+                resource(WholeNode=False),
+                resource(WholeNode=""),
+                resource(whole_node="no"),
+                resource(WholeNode=0),
+            ],
+            refuses=[resource()],
         ),
         rule(
             "derived-tags-do-not-restrict-untagged-tqs",
@@ -398,7 +397,7 @@ def test_required_tags_not_subset_of_tags_is_400(client, path, body):
         ),
         rule(
             "derived-and-given-tags-combine",
-            {"tags": ["GPU", "8GB", "MultiProcessor", "2Processors", "WholeNode"]},
+            {"tags": ["GPU", "MultiProcessor", "2Processors", "WholeNode"]},
             accepts=[resource(Tag="GPU", MaxRAM=8000, NumberOfProcessors=2, WholeNode=True)],
             refuses=[
                 resource(MaxRAM=8000, NumberOfProcessors=2, WholeNode=True),
@@ -460,8 +459,9 @@ def test_job_sharing_group_matches_by_group_alone(clean, server_factory):
         bob = resource(Owner="bob", OwnerGroup="shared", PilotReference="bob-pilot")
         assert odds(client, bob) == {shared_tq: 1.0}
         assert odds(client, resource(Owner="bob", OwnerGroup="private")) == {}
-        # an owner-only pilot also gets the sharing group's jobs, and only those
-        assert odds(client, resource(Owner="bob")) == {shared_tq: 1.0}
+        # an Owner alone asks for that owner's queues: JOB_SHARING counts only with an OwnerGroup
+        assert odds(client, resource(Owner="bob")) == {}
+        assert match(client, resource(Owner="bob")) is None
         assert set(odds(client, resource(Owner="alice"))) == {shared_tq, private_tq}
         assert odds(client, resource(Owner="bob", OwnerGroup=["private", "shared"])) == {shared_tq: 1.0}
 
@@ -568,9 +568,10 @@ def alias_population(client: httpx.Client) -> None:
             {"cpu_time": 100000},
             {"sites": ["S2"], "grid_ces": ["ce1"], "platforms": ["el9"], "job_types": ["User"]},
             {"platforms": ["el7"]},
-            {"tags": ["GPU", "MultiProcessor", "2GB"]},
+            {"tags": ["GPU", "MultiProcessor"]},
             {"tags": ["GPU", "WholeNode"]},
-            {"tags": ["3GB"]},
+            {"tags": ["GPU"], "min_ram_mb": 2000},
+            {"min_ram_mb": 3000},
             {"vo": "lhcb"},
             {"vo": "lhcb", "owner_group": "prod"},
             {"vo": "lhcb", "owner": "bob"},
@@ -851,6 +852,7 @@ def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
     assert (found["task_queues_considered"], found["eligible"]) == (5, 1), found
     assert list(found["rejected_by"]) == [
         "cpu_time",
+        "ram",
         "site",
         "banned_site",
         "grid_ce",
@@ -873,3 +875,175 @@ def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
     assert nothing["task_queues"] == [] and nothing["analysis"]["eligible"] == 0
     assert nothing["analysis"]["rejected_by"]["cpu_time"] == 5
     assert match(client, short) is None
+
+
+# ---------------------------------------------------------------- RAM ranges
+
+
+@pytest.mark.parametrize(
+    "spec, accepts, refuses",
+    [
+        rule(
+            "min-ram-needs-a-slot-reaching-it",
+            {"min_ram_mb": 4000, "max_ram_mb": 8000},
+            accepts=[resource(MaxRAM=4000), resource(MaxRAM=64000), resource(max_ram_mb="4000")],
+            refuses=[resource(MaxRAM=3999), resource(MaxRAM=0), resource(max_ram_mb=2000)],
+        ),
+        rule(
+            "no-maxram-puts-no-ram-condition",
+            {"min_ram_mb": 16000},
+            accepts=[resource(), resource(Site="any")],
+            refuses=[resource(MaxRAM=8000)],
+        ),
+        rule(
+            "a-queue-without-ram-goes-to-any-slot",
+            {},
+            accepts=[resource(MaxRAM=0), resource(MaxRAM=1), resource()],
+            refuses=[],
+        ),
+        rule(
+            "a-maximum-alone-puts-no-condition-on-the-slot",
+            {"max_ram_mb": 1000},
+            accepts=[resource(MaxRAM=500), resource(MaxRAM=64000)],
+            refuses=[],
+        ),
+    ],
+)
+def test_ram_ranges(client, spec, accepts, refuses):
+    check_rule(client, spec, accepts, refuses)
+
+
+# what the service hashed before task queues had RAM ranges, for job_spec() and
+# job_spec(sites=["S1"], tags=["GPU"]): those queues keep their identity
+HASHES_BEFORE_RAM = {
+    "8eb21f50d107c910048cca450a35c9a2107d0181337cfe7298054fb56e6b57a1": {},
+    "4b77665b7b13d3480432c817a38f3eb094b83401adb0303ed1f1a3b8f740df9f": {"sites": ["S1"], "tags": ["GPU"]},
+}
+
+
+def test_a_ram_range_is_part_of_the_queue_and_shown_wherever_it_is(client, database):
+    specs = [
+        {},
+        {"min_ram_mb": 0, "max_ram_mb": 0},
+        {"min_ram_mb": 2000, "max_ram_mb": 4000},
+        {"min_ram_mb": 2000},
+        {"min_ram_mb": 2000, "max_ram_mb": 4000},
+        {"sites": ["S1"], "tags": ["GPU"]},
+    ]
+    jobs = submit_many(client, specs)
+    tqs = [j["task_queue_id"] for j in jobs]
+    assert tqs[0] == tqs[1] and tqs[2] == tqs[4] and len({tqs[0], tqs[2], tqs[3], tqs[5]}) == 4
+    ranges = {tqs[0]: (0, 0), tqs[2]: (2000, 4000), tqs[3]: (2000, 0), tqs[5]: (0, 0)}
+    listed = client.get("/taskqueues").json()["task_queues"]
+    assert {tq["task_queue_id"]: (tq["min_ram_mb"], tq["max_ram_mb"]) for tq in listed} == ranges
+    one = client.get(f"/taskqueues/{tqs[2]}").json()
+    assert (one["min_ram_mb"], one["max_ram_mb"]) == (2000, 4000)
+    for j, spec in zip(jobs, specs):
+        shown = job(client, j["job_id"])
+        assert (shown["min_ram_mb"], shown["max_ram_mb"]) == (spec.get("min_ram_mb", 0), spec.get("max_ram_mb", 0))
+    dry = explain(client, resource(MaxRAM=2000, Tag="GPU"))
+    assert {tq["task_queue_id"]: (tq["min_ram_mb"], tq["max_ram_mb"]) for tq in dry} == ranges
+    assert {tq["task_queue_id"] for tq in explain(client, resource(MaxRAM=1999, Tag="GPU"))} == {tqs[0], tqs[5]}
+    # the matched job carries both values: the pilot holds the payload to the maximum
+    got = match(client, resource(MaxRAM=2000, JobID=jobs[2]["job_id"]))
+    assert got is not None and (got["min_ram_mb"], got["max_ram_mb"]) == (2000, 4000)
+    # a queue without a RAM range has the hash it had before RAM ranges existed
+    engine = database.engine()
+    try:
+        with engine.connect() as conn:
+            stored = dict(conn.execute(sa.select(task_queues.c.id, task_queues.c.requirements_hash)).all())
+    finally:
+        engine.dispose()
+    assert {stored[tqs[0]], stored[tqs[5]]} == set(HASHES_BEFORE_RAM)
+    assert HASHES_BEFORE_RAM[stored[tqs[5]]] == specs[5]
+
+
+def test_the_dry_run_counts_the_queues_the_ram_condition_rejects(client):
+    submit_one(client)
+    submit_one(client, min_ram_mb=8000)
+    submit_one(client, min_ram_mb=16000, max_ram_mb=32000, tags=["GPU"])
+    found = client.post("/taskqueues/matching", json=resource(MaxRAM="8000")).json()["analysis"]
+    assert (found["task_queues_considered"], found["eligible"]) == (3, 2), found
+    assert {k: v for k, v in found["rejected_by"].items() if v} == {"ram": 1, "tags": 1}
+    found = client.post("/taskqueues/matching", json=resource(MaxRAM=4000, Tag="GPU")).json()["analysis"]
+    assert (found["eligible"], found["rejected_by"]["ram"]) == (1, 2)
+    found = client.post("/taskqueues/matching", json=resource(Tag="GPU")).json()["analysis"]
+    assert (found["eligible"], found["rejected_by"]["ram"]) == (3, 0)
+
+
+# ---------------------------------------------------- the Matcher's input habits
+
+
+@pytest.mark.parametrize("tags", ["GPU, SSD", "[GPU, SSD]", "['GPU', \"SSD\"]", " [ SSD ,GPU ] ", "SSD,GPU,"])
+def test_tags_sent_as_one_string_are_read_as_dirac_reads_them(client, tags):
+    job_id, tq_id = submit_one(client, tags=["GPU", "SSD"])
+    for body in (resource(Tag=tags), resource(tags=tags, required_tags=tags), resource(Tag=tags, RequiredTag="GPU")):
+        assert odds(client, body) == {tq_id: 1.0}, body
+    assert odds(client, resource(Tag="GPU")) == {}
+    got = match(client, resource(Tag=tags, RequiredTag=f"[{tags.strip()}]"))
+    assert got is not None and got["job_id"] == job_id
+
+
+def test_an_empty_tag_string_is_no_tag(client):
+    untagged_job, untagged_tq = submit_one(client)
+    submit_one(client, tags=["GPU"])
+    for body in (resource(Tag=""), resource(Tag="", RequiredTag=""), resource(Tag="[]"), resource(tags=" ")):
+        assert odds(client, body) == {untagged_tq: 1.0}, body
+    got = match(client, resource(Tag="", RequiredTag=""))
+    assert got is not None and got["job_id"] == untagged_job
+
+
+@pytest.mark.parametrize("spelling", ["any", "ANY", "'Any'", "[any]", "any.", '"aNy"'])
+def test_any_among_tags_lifts_the_condition_whatever_its_case_and_punctuation(client, spelling):
+    _, gpu_tq = submit_one(client, tags=["GPU"])
+    _, untagged_tq = submit_one(client)
+    assert set(odds(client, resource(Tag=f"SSD, {spelling}"))) == {gpu_tq, untagged_tq}
+    assert set(odds(client, resource(Tag=["SSD", spelling]))) == {gpu_tq, untagged_tq}
+    # among required tags too: no required-tag condition
+    assert set(odds(client, resource(Tag="GPU", RequiredTag=spelling))) == {gpu_tq, untagged_tq}
+    assert odds(client, resource(Tag="SSD, anything")) == {untagged_tq: 1.0}  # a word is not `any`
+
+
+def test_numbers_sent_as_text_are_numbers(client):
+    job_id, tq_id = submit_one(client, cpu_time=80000, min_ram_mb=4000, tags=["4Processors"])
+    body = {"Site": "S1", "CPUTime": "86400", "MaxRAM": " 4000 ", "NumberOfProcessors": "4", "PilotBenchmark": "12.5"}
+    assert odds(client, body) == {tq_id: 1.0}
+    for short in ({"CPUTime": "86399"}, {"MaxRAM": "3999"}, {"NumberOfProcessors": "3"}):
+        assert odds(client, {**body, **short}) == {}, short
+        assert match(client, {**body, **short}) is None
+    snake = {"site": "S1", "cpu_time": "86400", "max_ram_mb": "4000", "number_of_processors": "4",
+             "pilot_benchmark": "2.5e3"}  # fmt: skip
+    assert odds(client, snake) == {tq_id: 1.0}
+    got = match(client, body)
+    assert got is not None and got["job_id"] == job_id
+
+
+# ----------------------------------------------------------- several sites
+
+
+def test_the_dry_run_takes_a_list_of_sites_and_match_one_site(client):
+    """The queues any of the sites may take: one accepted by a named site that does not
+    ban it (DIRAC's getMatchingTaskQueues for a site director)."""
+    anywhere = submit_one(client)[1]
+    at_s1 = submit_one(client, sites=["S1"])[1]
+    at_s2 = submit_one(client, sites=["S2", "S3"])[1]
+    submit_one(client, sites=["S3"])  # site
+    not_s1 = submit_one(client, banned_sites=["S1"])[1]
+    submit_one(client, banned_sites=["S1", "S2"])  # every named site banned
+    submit_one(client, sites=["S1"], banned_sites=["S1"])  # its one site banned
+    for key in ("Site", "site"):
+        r = client.post("/taskqueues/matching", json={key: ["S1", "S2"], "CPUTime": BIG})
+        assert r.status_code == 200, r.text
+        assert {tq["task_queue_id"] for tq in r.json()["task_queues"]} == {anywhere, at_s1, at_s2, not_s1}
+        found = r.json()["analysis"]
+        assert (found["task_queues_considered"], found["eligible"]) == (7, 4)
+        assert {k: v for k, v in found["rejected_by"].items() if v} == {"site": 1, "banned_site": 2}
+    assert set(odds(client, resource(Site=["S2"]))) == set(odds(client, resource(Site="S2")))
+    assert len(odds(client, resource(Site=["S2", "any"]))) == 7
+    # a claim names the one site it runs at
+    r = client.post("/match", json=resource(Site=["S1", "S2"]))
+    assert r.status_code == 422, r.text
+    assert [e["loc"][:2] for e in r.json()["errors"]] == [["body", "Site"]]
+    r = client.post("/match", json=resource(Site=["S1"]))
+    assert r.status_code == 422, r.text
+    assert client.get("/jobs", params={"status": "Matched"}).json()["jobs"] == []

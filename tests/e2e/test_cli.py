@@ -265,6 +265,25 @@ def test_a_terminal_gets_the_analysis_and_the_most_restrictive_condition(invoke,
     assert "Nothing is eligible; the most restrictive condition is cpu_time, which rejects 3 of 3 task queues." in shown
 
 
+def test_match_takes_several_sites_and_a_slot_memory(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
+    plain, elsewhere, big = submit_via_api(server, JOB_A, JOB_ELSEWHERE, {**JOB_A, "min_ram_mb": 16000})
+
+    both = ["match", "--site", "S1", "--site", "S2", "--cpu-time", "100000", "--url", server.url]
+    result = invoke(*both)
+    assert result.exit_code == 0, result.stderr
+    listed = {tq["task_queue_id"] for tq in json.loads(result.stdout)["task_queues"]}
+    assert listed == {plain["task_queue_id"], elsewhere["task_queue_id"], big["task_queue_id"]}
+
+    result = invoke(*both, "--max-ram-mb", "8000")
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert {tq["task_queue_id"] for tq in answer["task_queues"]} == listed - {big["task_queue_id"]}
+    assert answer["analysis"]["rejected_by"]["ram"] == 1
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
+    assert "Task queues eligible at S1, S2" in invoke(*both).stdout
+
+
 def test_large_submissions_go_in_batches(invoke, monkeypatch, server, clean, tmp_path):
     monkeypatch.setattr(job_commands, "BATCH_SIZE", 2)
     monkeypatch.setattr(render, "stdout_is_tty", lambda: False)

@@ -436,7 +436,8 @@ ABSURD_NUMBERS = {
     "tiny": "1e-7",
 }  # (pydantic's lax mode takes true as 1 and "12" as 12, and 3600.0 as 3600: in range, fine)
 INT_FIELDS = [
-    ("/jobs", "cpu_time"), ("/jobs", "user_priority"), ("/jobs", "priority_class"),
+    ("/jobs", "cpu_time"), ("/jobs", "user_priority"), ("/jobs", "priority_class"), ("/jobs", "min_ram_mb"),
+    ("/jobs", "max_ram_mb"),
     ("/match", "CPUTime"), ("/match", "MaxRAM"), ("/match", "NumberOfProcessors"), ("/match", "JobID"),
 ]  # fmt: skip
 

@@ -21,6 +21,8 @@ def tq_row(tq_id: int, **given: Any) -> dict[str, Any]:
         "vo": "vo",
         "cpu_time": 86400,
         "priority_class": 0,
+        "min_ram_mb": 0,
+        "max_ram_mb": 0,
         "priority": 1.0,
         "levels": [[1.0, 1]],
         "changed_at": CHANGED,

@@ -41,7 +41,7 @@ def test_each_condition_is_the_set_of_queues_that_pass_it():
     assert ids(catalog, found["platform"]) == set(range(1, 10))  # only TQ 2 lists platforms, and el9
     assert ids(catalog, found["tags"]) == set(range(1, 10)) - {6}  # ssd is not offered
     assert ids(catalog, found["cpu_time"]) == set(range(1, 10)) - {7}
-    assert ids(catalog, found["owner"]) == {8}  # alice owns nothing; bob's group shares
+    assert ids(catalog, found["owner"]) == set()  # alice owns nothing; an Owner alone asks for her TQs
     assert ids(catalog, found["vo"]) == set(range(1, 10)) - {9}
     assert ids(
         catalog, eligible(catalog, query(Platform="el9", Tag=["gpu"], Owner="bob", VirtualOrganization="vo"))
@@ -126,3 +126,78 @@ def test_analysis_counts_the_live_queues_each_condition_rejects_and_keeps_every_
     }  # fmt: skip
     banned = dataclasses.replace(query(), banned_owner_groups=frozenset({"group"}))
     assert analysis(catalog, banned)["rejected_by"]["site_limit"] == 4  # all but the other group's queue
+
+
+def test_ram_condition_takes_queues_without_a_minimum_or_with_one_the_slot_reaches():
+    catalog = catalog_of([
+        tq_row(1), tq_row(2, min_ram_mb=2000, max_ram_mb=4000), tq_row(3, min_ram_mb=4000),
+        tq_row(4, min_ram_mb=8000, max_ram_mb=8000), tq_row(5, min_ram_mb=4000, max_ram_mb=16000),
+        tq_row(6, max_ram_mb=1000),  # a maximum alone puts no condition on the slot
+    ])  # fmt: skip
+    assert catalog.ram_minima == [2000, 4000, 8000]
+    for mb, expected in ((0, {1, 6}), (1999, {1, 6}), (2000, {1, 2, 6}), (3999, {1, 2, 6}),
+                         (4000, {1, 2, 3, 5, 6}), (7999, {1, 2, 3, 5, 6}), (8000, set(range(1, 7))),
+                         (10**6, set(range(1, 7)))):  # fmt: skip
+        assert ids(catalog, catalog.ram_at_most(mb)) == expected, mb
+        assert ids(catalog, eligible(catalog, query(MaxRAM=mb))) == expected, mb
+        assert ids(catalog, dict(conditions(catalog, query(MaxRAM=mb)))["ram"]) == expected
+    # no MaxRAM, no RAM condition
+    assert "ram" not in dict(conditions(catalog, query()))
+    assert ids(catalog, eligible(catalog, query())) == set(range(1, 7))
+
+
+def test_ram_sets_follow_queues_arriving_later():
+    catalog = catalog_of([tq_row(1, min_ram_mb=4000)])
+    assert ids(catalog, catalog.ram_at_most(4000)) == {1}
+    catalog.apply([tq_row(2, min_ram_mb=4000), tq_row(3, min_ram_mb=1000), tq_row(4, min_ram_mb=9000)])
+    assert ids(catalog, catalog.ram_at_most(999)) == set()
+    assert ids(catalog, catalog.ram_at_most(4000)) == {1, 2, 3}
+    catalog.apply([tq_row(5)])
+    assert ids(catalog, catalog.ram_at_most(4000)) == {1, 2, 3, 5}
+    assert ids(catalog, catalog.ram_at_most(9000)) == {1, 2, 3, 4, 5}
+
+
+def test_an_owner_alone_asks_for_its_queues_and_job_sharing_counts_only_with_groups():
+    catalog = catalog_of(
+        [tq_row(1, owner="alice", owner_group="shared"), tq_row(2, owner="bob", owner_group="shared"),
+         tq_row(3, owner="bob", owner_group="private"), tq_row(4, owner="alice", owner_group="private")],
+        sharing_groups=frozenset({"shared"}),
+    )  # fmt: skip
+    assert ids(catalog, eligible(catalog, query(Owner="alice"))) == {1, 4}
+    assert ids(catalog, eligible(catalog, query(Owner="alice", OwnerGroup="shared"))) == {1, 2}
+    assert ids(catalog, eligible(catalog, query(Owner="alice", OwnerGroup=["shared", "private"]))) == {1, 2, 4}
+    assert ids(catalog, eligible(catalog, query(Owner="alice", OwnerGroup="private"))) == {4}
+    assert ids(catalog, eligible(catalog, query(OwnerGroup="shared"))) == {1, 2}
+
+
+def test_several_sites_take_a_queue_one_of_them_may_run_and_does_not_ban():
+    catalog = catalog_of([
+        tq_row(1),                                          # anywhere
+        tq_row(2, sites=["A"]),
+        tq_row(3, sites=["C"]),                             # none of the named sites
+        tq_row(4, banned_sites=["A"]),                      # B may
+        tq_row(5, banned_sites=["A", "B"]),                 # every named site banned
+        tq_row(6, sites=["A"], banned_sites=["A"]),         # its only site banned: no site left
+        tq_row(7, sites=["A", "B"], banned_sites=["A"]),    # B
+        tq_row(8, sites=["C"], banned_sites=["A", "B"]),    # site, and every named site banned
+    ])  # fmt: skip
+    q = query(Site=["A", "B"])
+    assert ids(catalog, eligible(catalog, q)) == {1, 2, 4, 7}
+    found = analysis(catalog, q)
+    assert {k: v for k, v in found["rejected_by"].items() if v} == {"site": 2, "banned_site": 3}
+    # one site as a list is that site
+    assert ids(catalog, eligible(catalog, query(Site=["A"]))) == ids(catalog, eligible(catalog, query(Site="A")))
+    assert ids(catalog, eligible(catalog, query(Site="B"))) == {1, 4, 7}
+    # any of them lifts the site conditions, bans included
+    assert ids(catalog, eligible(catalog, query(Site=["A", "Any"]))) == set(range(1, 9))
+
+
+def test_site_mask_takes_only_queues_listing_a_masked_job_type():
+    catalog = catalog_of([tq_row(1), tq_row(2, job_types=["Test"]), tq_row(3, job_types=["User", "Test"]),
+                          tq_row(4, job_types=["User"])])  # fmt: skip
+    base = query("dirac")
+    assert ids(catalog, eligible(catalog, base)) == {1, 2, 3, 4} and "site_mask" not in dict(conditions(catalog, base))
+    masked = dataclasses.replace(base, masked_job_types=frozenset({"Test"}))
+    assert ids(catalog, eligible(catalog, masked)) == {2, 3}  # a queue listing no job type is out
+    assert analysis(catalog, masked)["rejected_by"]["site_mask"] == 2
+    assert ids(catalog, eligible(catalog, dataclasses.replace(base, masked_job_types=frozenset()))) == set()

@@ -51,7 +51,8 @@ def test_cpu_time_in_the_same_bucket_hashes_alike():
     "change",
     [{"owner": "bob"}, {"owner_group": "h"}, {"vo": "other"}, {"priority_class": 1},
      {"sites": ["A"]}, {"banned_sites": ["A"]}, {"grid_ces": ["ce"]}, {"platforms": ["p"]},
-     {"job_types": ["User"]}, {"tags": ["t"]}],
+     {"job_types": ["User"]}, {"tags": ["t"]}, {"min_ram_mb": 2000}, {"max_ram_mb": 4000},
+     {"min_ram_mb": 2000, "max_ram_mb": 4000}],
 )  # fmt: skip
 def test_any_difference_gives_another_hash(change):
     assert build(**change).hash != build().hash
@@ -80,3 +81,29 @@ def test_json_round_trip():
 def test_unknown_field_is_refused():
     with pytest.raises(TypeError):
         build(colour=["red"])
+
+
+# the hash of build() computed before RAM ranges existed: the queues it names keep their identity
+PLAIN_HASH = "9338939aaaaa48cebb20af61c99ba2f0139343ae8d1be2e9a0c42cab85e8f3c4"
+
+
+def test_without_ram_the_canonical_form_and_hash_are_what_they_were():
+    r = build(sites=["A"], tags=["t"], job_class="short")
+    assert "min_ram_mb" not in r.to_json() and "max_ram_mb" not in r.to_json()
+    assert r.to_json() == {
+        "owner": "alice", "owner_group": "g", "vo": "vo", "cpu_time": 500, "priority_class": 0,
+        "job_class": "short", "sites": ["A"], "banned_sites": [], "grid_ces": [], "platforms": [],
+        "job_types": [], "tags": ["t"],
+    }  # fmt: skip
+    assert build().hash == PLAIN_HASH
+    assert build(min_ram_mb=0, max_ram_mb=0).hash == PLAIN_HASH
+
+
+def test_ram_is_part_of_the_queue_and_round_trips():
+    r = build(min_ram_mb=2000, max_ram_mb=4000)
+    assert r.to_json()["min_ram_mb"] == 2000 and r.to_json()["max_ram_mb"] == 4000
+    assert Requirements.from_json(r.to_json()) == r
+    assert build(min_ram_mb=2000).hash != build(max_ram_mb=2000).hash
+    # a job's spec stored before RAM ranges reads as none
+    stored = build().to_json()
+    assert Requirements.from_json(stored).min_ram_mb == 0 == Requirements.from_json(stored).max_ram_mb

@@ -156,6 +156,25 @@ def test_job_classes_and_user_priorities_reach_the_queues():
     assert waiting_q == 20_000  # nothing of the lower class ran while the higher one waited
 
 
+def test_slots_take_only_the_queues_whose_ram_minimum_they_reach():
+    data = scenario(
+        stream("p", "alpha", min_ram_mb=16000, max_ram_mb=32000),
+        stream("q", "alpha", min_ram_mb=4000),
+        stream("r", "alpha"),
+        hours=2,
+        slots=50,
+    )
+    data["simulation"]["max_ram_mb"] = 8000
+    groups_of = {}
+    parsed, settings, classes = parse(data)
+    simulation = Simulation(parsed, settings, classes)
+    simulation.run()
+    for q in simulation.world.queues.values():
+        groups_of[q.requirements.owner] = (q.requirements.min_ram_mb, q.waiting)
+    assert groups_of["p"] == (16000, 20_000)  # more memory than any slot has: never started
+    assert groups_of["q"][0] == 4000 and groups_of["q"][1] < 20_000 and groups_of["r"][1] < 20_000
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
