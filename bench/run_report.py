@@ -147,7 +147,12 @@ def _selection(selection: dict) -> list[str]:
             t = sql[name]
             rows.append([label, "", _n(t["median_ms"], 3), _n(t["p90_ms"], 3), _n(t["p99_ms"], 3)])
     header = ["selection", "TQs", "median ms", "p90 ms", "p99 ms"]
-    return ["", "Selection of one TQ per pilot, without the claim:", "", *_table(header, rows)]
+    lines = ["", "Selection of one TQ per pilot, without the claim:", "", *_table(header, rows)]
+    for size, t in selection.items():
+        if size != "sql" and t.get("condition_median_us"):
+            costs = ", ".join(f"{name} {us} µs" for name, us in t["condition_median_us"].items())
+            lines += ["", f"What each condition adds to a selection at {int(size):,} waiting (median): {costs}."]
+    return lines
 
 
 def _scaling(results: dict) -> list[str]:

@@ -10,6 +10,7 @@ queues.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import statistics
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from fairmatch.db.engine import create_engine
 from fairmatch.matching.choice import choose, choose_level
-from fairmatch.matching.eligibility import analysis, eligible
+from fairmatch.matching.eligibility import analysis, conditions, eligible
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.matching.settings import MatchingSettings
 from fairmatch.services.keeper import Keeper
@@ -56,6 +57,7 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
             started = time.perf_counter()
             analysis(catalog, query)  # what the dry run adds: why each queue is in or out
             analysis_timings.append((time.perf_counter() - started) * 1000)
+    per_condition = _condition_costs(catalog, queries, rounds)
     return {
         "task_queues": len(catalog),
         "live_task_queues": catalog.live.bit_count(),
@@ -68,7 +70,32 @@ async def _time(url: str, resources: list[dict], rounds: int) -> dict:
         "p99_ms": round(_percentile(timings, 99), 4),
         "analysis_median_ms": round(statistics.median(analysis_timings), 4),
         "analysis_p99_ms": round(_percentile(analysis_timings, 99), 4),
+        "condition_median_us": per_condition,
     }
+
+
+def _condition_costs(catalog, queries: list, rounds: int) -> dict[str, float]:
+    """What each condition adds to a selection, median µs: the conditions of a query
+    timed with that one condition's input taken away, against all of them (a condition
+    that cannot be taken away, the CPU time's, is not listed)."""
+    without = {
+        "ram": lambda q: dataclasses.replace(q, max_ram_mb=None),
+        "tags": lambda q: dataclasses.replace(q, tags=None, required_tags=frozenset()),
+        "platform": lambda q: dataclasses.replace(q, values={**q.values, "platforms": None}),
+        "site": lambda q: dataclasses.replace(q, values={**q.values, "sites": None}),
+    }
+    cost: dict[str, list[float]] = {name: [] for name in without}
+    for _ in range(rounds):
+        for query in queries:
+            for name, take_away in without.items():
+                lighter = take_away(query)
+                started = time.perf_counter()
+                conditions(catalog, query)
+                whole = time.perf_counter() - started
+                started = time.perf_counter()
+                conditions(catalog, lighter)
+                cost[name].append((whole - (time.perf_counter() - started)) * 1e6)
+    return {name: round(statistics.median(values), 2) for name, values in cost.items()}
 
 
 def selection_timing(url: str, resources_file: Path, rounds: int = 3) -> dict:
