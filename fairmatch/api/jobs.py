@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fairmatch.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
 from fairmatch.api.schemas import Job, JobPage, SubmitResponse
 from fairmatch.auth import policy
+from fairmatch.clock import utcnow
 from fairmatch.errors import BadRequest, InvalidInput
 from fairmatch.fields import MAX_NAME, NAME_PATTERN
 from fairmatch.jobs import priority_classes
@@ -115,6 +116,30 @@ async def change_priority(
     return await reprioritise.change_priority(
         conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
     )
+
+
+@router.post(
+    "/{job_id}/reschedule",
+    response_model=Job,
+    responses={
+        409: {
+            "description": "The job is neither Matched nor Stalled: only a job held by a pilot goes back.",
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    },
+    summary="Put a Matched or Stalled job back in its task queue",
+)
+async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, settings: CurrentSettings) -> dict:
+    """The owner's (or an operator's or admin's) own reschedule, as DIRAC's
+    `dirac-wms-job-reschedule`: it does not count in the job's `reschedules`, which bound
+    only the returns nobody asked for (a pilot handing the job back, a lapsed lease, a
+    stalled job). Users reschedule their own jobs only."""
+    job = await jobs.reschedule(
+        conn, job_id, utcnow(), settings, source="reschedule", minor_status="rescheduled by its owner",
+        scope=policy.job_scope(caller),
+    )  # fmt: skip
+    assert job is not None  # without `only_if` the job always moves
+    return job
 
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")

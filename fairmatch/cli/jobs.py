@@ -206,6 +206,17 @@ def priority(
     show_job(job, f"Job {job_id}")
 
 
+@app.command("reschedule")
+def reschedule(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
+    """Put a Matched or Stalled job back in its task queue (DIRAC's dirac-wms-job-reschedule).
+
+    Its owner's, an operator's or an admin's own reschedule: it does not count in the job's
+    reschedules, which bound the returns nobody asked for.
+    """
+    job = call_api(connect(url, token), "POST", f"/jobs/{job_id}/reschedule", None)
+    show_job(job, f"Job {job_id}")
+
+
 @app.command("status")
 def report_status(
     job_id: JobId,

@@ -644,3 +644,54 @@ def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matche
     # and a new job never takes an old job's id either
     newest = client.post("/jobs", json={"jobs": [spec(owner="carol", owner_group="g")]}).json()["jobs"][0]
     assert newest["job_id"] > r.json()["jobs"][0]["job_id"] > job_id
+
+
+# --- the owner's own reschedule ---------------------------------------------------------
+
+
+def reschedule(client: httpx.Client, job_id: int) -> httpx.Response:
+    return client.post(f"/jobs/{job_id}/reschedule")
+
+
+def test_an_owner_reschedules_its_own_jobs_without_counting_them(as_role, database):
+    """POST /jobs/{id}/reschedule, DIRAC's dirac-wms-job-reschedule: the owner's own
+    reschedules never count, so they never fail the job at jobs.max_reschedules (3)."""
+    alice = as_role("user", "alice", groups=["g"])
+    pilot = as_role("pilot", "p1")
+    job_id = submit_one(alice, owner="alice", owner_group="g")
+    for _ in range(4):
+        assert match(pilot)["job_id"] == job_id
+        r = reschedule(alice, job_id)
+        assert r.status_code == 200, r.text
+        job = r.json()
+        assert (job["status"], job["reschedules"], job["minor_status"]) == ("Waiting", 0, "rescheduled by its owner")
+        assert in_tq_jobs(database, job_id)
+    assert events(database, job_id)[-2:] == ["Matched", "Waiting"]
+    with database.engine().connect() as conn:
+        sources = conn.execute(
+            sa.text("SELECT source FROM job_events WHERE job_id = :j AND status = 'Waiting' ORDER BY id"), {"j": job_id}
+        ).scalars()
+        assert list(sources)[1:] == ["reschedule"] * 4
+
+
+def test_a_reschedule_takes_a_stalled_job_back_and_refuses_the_others(as_role, database):
+    admin, pilot = as_role("admin"), as_role("pilot", "p1")
+    job_id = submit_one(admin)
+    assert_problem(reschedule(admin, job_id), 409)  # Waiting already
+    report_ok(pilot, match(pilot)["job_id"], "Running")
+    assert_problem(reschedule(admin, job_id), 409)  # its pilot runs it
+    report_ok(pilot, job_id, "Stalled")
+    assert reschedule(admin, job_id).json()["status"] == "Waiting"
+    report_ok(pilot, match(pilot)["job_id"], "Running")
+    report_ok(pilot, job_id, "Done", cpu_seconds=1)
+    assert_problem(reschedule(admin, job_id), 409)
+
+
+def test_only_the_owner_and_privileged_callers_may_reschedule(as_role):
+    admin, pilot = as_role("admin"), as_role("pilot", "p1")
+    job_id = submit_one(admin, owner="alice", owner_group="g")
+    match(pilot)
+    assert_problem(reschedule(as_role("user", "bob", groups=["g"]), job_id), 404)  # not bob's job
+    assert_problem(reschedule(pilot, job_id), 403)
+    assert_problem(reschedule(admin, 2**62), 404)
+    assert reschedule(as_role("operator"), job_id).json()["reschedules"] == 0

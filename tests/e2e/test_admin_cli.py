@@ -120,6 +120,14 @@ def test_jobs_show_priority_status_and_kill(at, run, server):
     assert_failed(again, 1, "error: Conflict")
 
 
+def test_jobs_reschedule_puts_a_matched_job_back_uncounted(at, run, server):
+    (job,) = submit_via_api(server, JOB)
+    match(server)
+    back = at("jobs", "reschedule", str(job["job_id"]))
+    assert (back["status"], back["reschedules"], back["minor_status"]) == ("Waiting", 0, "rescheduled by its owner")
+    assert_failed(run("jobs", "reschedule", str(job["job_id"]), "--url", server.url), 1, "error: Conflict")
+
+
 def test_an_unknown_job_exits_1(run, server, clean):
     assert_failed(run("jobs", "show", "999999", "--url", server.url), 1, "error: Not found")
 
