@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.db.raw import Row, autocommitted, row_of
-from fairmatch.errors import UniqueViolation
+from fairmatch.errors import DatabaseError, UniqueViolation
 
 Observer = Callable[[int], None]
 
@@ -103,8 +103,13 @@ async def _send(conn: AsyncConnection, batch: list[_Claim]) -> None:
         if len(batch) == 1:
             _fail(batch[0], exc)
             return
-        for claim in batch:  # undone together: each again alone, so that only the duplicate fails
-            await _send(conn, [claim])
+        for i, claim in enumerate(batch):  # undone together: each again alone, so that only the duplicate fails
+            try:
+                await _send(conn, [claim])
+            except BaseException as again:  # the database failed meanwhile: the claims left fail with it
+                for rest in batch[i + 1 :]:
+                    _fail(rest, again)
+                raise
         return
     except BaseException as exc:
         for claim in batch:
@@ -117,15 +122,25 @@ async def _send(conn: AsyncConnection, batch: list[_Claim]) -> None:
 
 async def _pipelined(conn: Any, batch: list[_Claim]) -> list[Row]:
     """The batch's statements in one pipeline: one round trip, one transaction."""
-    async with autocommitted(conn) as raw:
-        async with raw.pipeline():
-            cursors = [await raw.execute(claim.sql, claim.params) for claim in batch]
-        rows = []
-        for claim, cursor in zip(batch, cursors):
-            values = await cursor.fetchone()
-            assert values is not None, "a claim statement answers one row, claimed or not"
-            rows.append(row_of(claim.sql, cursor.description, values))
-    return rows
+    try:
+        async with autocommitted(conn) as raw:
+            async with raw.pipeline():
+                cursors = [await raw.execute(claim.sql, claim.params) for claim in batch]
+            rows = []
+            for claim, cursor in zip(batch, cursors):
+                values = await cursor.fetchone()
+                assert values is not None, "a claim statement answers one row, claimed or not"
+                rows.append(row_of(claim.sql, cursor.description, values))
+        return rows
+    except DatabaseError:
+        # After an error the server skips the rest of a pipeline, a statement's preparation
+        # included, and psycopg (3.3) may still take that statement for prepared and bind it
+        # by name on its next run ("prepared statement ... does not exist"); it does not
+        # always forget on DEALLOCATE ALL either. The connection is replaced instead: the
+        # next use of `conn` opens a fresh one. Failed batches are rare (a retried request
+        # id, an outage), so the cost of a new connection is too.
+        await conn.invalidate()
+        raise
 
 
 def _fail(claim: _Claim, exc: BaseException) -> None:

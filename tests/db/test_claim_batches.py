@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from fairmatch.db.claim_batches import batches_of
+from fairmatch.db import claim_batches
+from fairmatch.db.claim_batches import _Claim, _send, batches_of
 from fairmatch.db.claims import CLAIM_LEVEL, Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import job_events, jobs, pilots, tq_jobs
-from fairmatch.errors import DatabaseUnavailable, DuplicateRequest, ValueRefused
+from fairmatch.errors import DatabaseUnavailable, DuplicateRequest, UniqueViolation, ValueRefused
 from fairmatch.jobs.models import JobSpec
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
 from fairmatch.services import submission
+from fairmatch.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("template", ["postgresql"], indirect=True)]
 
@@ -186,3 +188,52 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
         "pilot_reference": None, "grid_ce": None, "benchmark": None, "requester": "pilot", "request_id": None, "now": now,
         "lease_until": now + timedelta(seconds=600), "guarded": False,
     }  # fmt: skip
+
+
+async def test_a_batch_failing_where_the_driver_would_prepare_its_statement_leaves_none_taken_for_prepared(engine):
+    """psycopg prepares a statement at its sixth run on a connection. When that run is in a
+    pipeline after a failing claim, the server skips the preparation: the driver must not
+    go on binding a statement that does not exist. The claims undone with the duplicate are
+    sent again alone and take their jobs, and later claims on the connection run."""
+    settings = Settings()
+    tq_id = await _queue(engine, settings, 12)
+    params = _claim_params(tq_id)
+    async with engine.connect() as conn:
+        for i in range(4):  # the statement's runs short of the threshold, on this connection
+            await _send(conn, [_Claim(CLAIM_LEVEL, {**params, "request_id": f"r{i}"}, None)])
+        batch = [_Claim(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("r0", "x1", "x2")]
+        await _send(conn, batch)
+        assert isinstance(batch[0].answer.exception(), UniqueViolation)
+        assert all(c.answer.result().id is not None for c in batch[1:])
+        for i in range(6):
+            after = _Claim(CLAIM_LEVEL, {**params, "request_id": f"y{i}"}, None)
+            await _send(conn, [after])
+            assert after.answer.result().id is not None
+    assert await _waiting(engine, tq_id) == 12 - 4 - 2 - 6
+
+
+async def test_a_failure_while_a_batch_is_sent_again_claim_by_claim_answers_every_claim(engine, monkeypatch):
+    """The claims of a batch undone by a duplicate are sent again one by one; if the database
+    fails meanwhile, the claims not yet sent fail with it instead of waiting forever."""
+    settings = Settings()
+    tq_id = await _queue(engine, settings, 5)
+    params = _claim_params(tq_id)
+    real = claim_batches._pipelined
+    calls = 0
+
+    async def failing_on_the_second_resend(conn: Any, batch: list) -> list:
+        nonlocal calls
+        calls += 1
+        if calls == 4:  # the setup's claim, the batch, "a" again alone, then "d" again alone
+            raise DatabaseUnavailable("the database went away")
+        return await real(conn, batch)
+
+    monkeypatch.setattr(claim_batches, "_pipelined", failing_on_the_second_resend)
+    async with engine.connect() as conn:
+        await _send(conn, [_Claim(CLAIM_LEVEL, {**params, "request_id": "d"}, None)])
+        batch = [_Claim(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("a", "d", "b")]
+        with pytest.raises(DatabaseUnavailable):
+            await _send(conn, batch)
+    assert batch[0].answer.result().id is not None
+    assert isinstance(batch[1].answer.exception(), DatabaseUnavailable)
+    assert isinstance(batch[2].answer.exception(), DatabaseUnavailable)
