@@ -52,6 +52,12 @@ class LastPriorityRun(BaseModel):
     task_queues: int
 
 
+class DatabaseWarning(BaseModel):
+    setting: str = Field(description="The PostgreSQL setting, as `SHOW` names it.")
+    value: str = Field(description="Its value for fairmatch's sessions.")
+    cost: str = Field(description="What it costs fairmatch.")
+
+
 class Status(BaseModel):
     generated_at: datetime
     totals: JobCounts = Field(description="Jobs in each non-final state.")
@@ -59,6 +65,10 @@ class Status(BaseModel):
     match_rate: list[MatchRate] = Field(description="The last minute and the last five minutes.")
     top_task_queues: list[BusyTaskQueue] = Field(description="Most waiting jobs first.")
     last_priority_run: LastPriorityRun | None = Field(description="null before the first run.")
+    database_warnings: list[DatabaseWarning] = Field(
+        description="PostgreSQL settings that break what fairmatch promises (autovacuum, fsync or "
+        "synchronous_commit off); empty when there are none, and on SQLite."
+    )
 
 
 @router.get("/status", response_model=Status, summary="Jobs per group, match rate, busiest queues (operator)")

@@ -22,7 +22,8 @@ def status(
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """One screen for operators: jobs per group, match rate, busiest task queues, last priority run."""
+    """One screen for operators: jobs per group, match rate, busiest task queues, last priority run,
+    and first, when there are any, the database server's settings that break fairmatch's promises."""
     show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
 
 
@@ -37,7 +38,13 @@ def status_screen(document: dict) -> Group:
     for tq in document["top_task_queues"]:
         queues.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], str(tq["priority_class"]),
                        f"{tq['priority']:.4g}", str(tq["jobs"]))  # fmt: skip
-    return Group(groups, rate, queues, last_run_table(document["last_priority_run"]))
+    parts = [groups, rate, queues, last_run_table(document["last_priority_run"])]
+    if document.get("database_warnings"):
+        warnings = new_table("Database settings that break fairmatch's promises", "setting", "value", "cost")
+        for warning in document["database_warnings"]:
+            warnings.add_row(warning["setting"], warning["value"], warning["cost"])
+        parts.insert(0, warnings)
+    return Group(*parts)
 
 
 def last_run_table(run: dict | None) -> Table:

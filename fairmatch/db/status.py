@@ -82,9 +82,19 @@ class StatusDB(AreaDB):
             "task_queues": row.task_queues,
         }
 
+    async def server_settings(self) -> dict[str, str]:
+        """The database server's settings that fairmatch's promises rest on, as this session
+        sees them (a database's or a role's own value included); none on SQLite."""
+        return {}
+
+
+# the settings `fairmatch.db.server_settings.DANGERS` names, as pg_settings spells their values
+_SERVER_SETTINGS = "SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit')"
+
 
 class PostgresStatusDB(PostgresStatements, StatusDB, dialect="postgresql"):
-    pass
+    async def server_settings(self) -> dict[str, str]:
+        return {row.name: row.setting for row in (await self.conn.exec_driver_sql(_SERVER_SETTINGS)).all()}
 
 
 class SQLiteStatusDB(SQLiteStatements, StatusDB, dialect="sqlite"):

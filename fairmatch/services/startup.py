@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fairmatch.db import migrate
 from fairmatch.limits import rules as limit_rules
-from fairmatch.services import groups, limits
+from fairmatch.services import groups, limits, status
 from fairmatch.settings import Settings
+
+log = logging.getLogger("fairmatch.startup")
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -16,7 +20,8 @@ class SchemaOutOfDate(RuntimeError):
 
 async def prepare_database(engine: AsyncEngine, settings: Settings) -> None:
     """Refuse a schema that is not at this release's head; create the configured groups
-    and site limits the database lacks (those it holds keep their API-edited values)."""
+    and site limits the database lacks (those it holds keep their API-edited values); warn of
+    the database server's settings that break what fairmatch promises."""
     head = migrate.head_revision(settings.database_url)
     async with engine.connect() as conn:
         current = await migrate.current_revision(conn)
@@ -28,3 +33,8 @@ async def prepare_database(engine: AsyncEngine, settings: Settings) -> None:
     async with engine.connect() as conn:
         await groups.create_missing(conn, settings.groups)
         await limits.create_missing(conn, limit_rules.from_settings(settings.site_limits))
+        for warning in await status.database_warnings(conn):
+            log.warning(
+                "PostgreSQL runs with %s = %s: %s", warning["setting"], warning["value"], warning["cost"],
+                extra={"setting": warning["setting"]},
+            )  # fmt: skip

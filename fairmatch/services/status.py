@@ -8,11 +8,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.server_settings import dangers
 from fairmatch.db.status import ACTIVE, StatusDB
 
 
 async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
-    """Jobs per group and in total, the match rate, the `top` busiest queues, the last priority run."""
+    """Jobs per group and in total, the match rate, the `top` busiest queues, the last priority
+    run, and the database server's dangerous settings."""
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
@@ -24,4 +26,11 @@ async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
             "match_rate": await status.match_rate(now),
             "top_task_queues": await status.top_task_queues(top),
             "last_priority_run": await status.last_priority_run(),
+            "database_warnings": dangers(await status.server_settings()),
         }
+
+
+async def database_warnings(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """The database server's settings that break what fairmatch promises (PostgreSQL)."""
+    async with read_transaction(conn):
+        return dangers(await StatusDB.of(conn).server_settings())

@@ -280,6 +280,23 @@ def test_a_terminal_gets_the_status_screen(invoke, monkeypatch, server, clean):
     assert "total" in result.stdout and "1 min" in result.stdout and "alice" in result.stdout
 
 
+def test_the_status_screen_leads_with_the_database_warnings_when_there_are_any(at, server):
+    from rich.console import Console
+
+    from fairmatch.cli.status import status_screen
+
+    document = at("status")
+    assert isinstance(document["database_warnings"], list)  # PostgreSQL: as this server runs; SQLite: none
+    warned = {**document, "database_warnings": [{"setting": "fsync", "value": "off", "cost": "jobs may be lost"}]}
+    for shown, expect in ((warned, True), ({**document, "database_warnings": []}, False)):
+        console = Console(width=200, record=True)
+        console.print(status_screen(shown))
+        text = console.export_text()
+        assert ("Database settings that break" in text) is expect
+        assert ("jobs may be lost" in text) is expect
+        assert "Jobs per group" in text
+
+
 def test_sshare_before_any_run_shows_the_empty_entity_table(invoke, monkeypatch, server, clean):
     monkeypatch.setattr(render, "stdout_is_tty", lambda: True)
 
