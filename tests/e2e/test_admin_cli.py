@@ -120,7 +120,7 @@ def test_jobs_show_priority_status_and_kill(at, run, server):
     assert_failed(again, 1, "error: Conflict")
 
 
-def test_jobs_reschedule_puts_a_matched_job_back_uncounted(at, run, server):
+def test_jobs_reschedule_puts_a_matched_job_back_uncounted(at, run, server, clean):
     (job,) = submit_via_api(server, JOB)
     match(server)
     back = at("jobs", "reschedule", str(job["job_id"]))
