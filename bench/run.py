@@ -136,22 +136,27 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fairmatch-bench-") as work:
         bench = Bench(plan, args.pg_url, out_dir, Path(work))
         bench.log(f"results in {results_file}; sections {', '.join(args.only)}")
-        try:
-            for name in args.only:
-                bench.log(f"== {name} (load average {os.getloadavg()[0]:.2f})")
-                try:
-                    _store(results, name, SECTIONS[name](bench))
-                except Exception as exc:  # one section's failure is reported, the others still run
-                    bench.stop_server()
-                    results["errors"][name] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
-                                               "traceback": traceback.format_exc()}  # fmt: skip
-                    bench.log(f"{name} failed: {type(exc).__name__}: {str(exc)[:500]}")
-                results["profiles"] = bench.profiles
-                _save(results, results_file)
-        finally:
-            bench.stop_server()
-            if not args.keep_db:
-                bench.drop_database()
+        # sites' servers run autovacuum: on for the whole run, the server's own setting back however it ends
+        with run_env.autovacuum_on(args.pg_url, bench.log) as autovacuum:
+            results["settings"]["autovacuum"] = bench.autovacuum = autovacuum
+            try:
+                for name in args.only:
+                    bench.log(f"== {name} (load average {os.getloadavg()[0]:.2f})")
+                    try:
+                        section = SECTIONS[name](bench)
+                        section["vacuum"] = run_env.vacuum_summary(section)
+                        _store(results, name, section)
+                    except Exception as exc:  # one section's failure is reported, the others still run
+                        bench.stop_server()
+                        results["errors"][name] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
+                                                   "traceback": traceback.format_exc()}  # fmt: skip
+                        bench.log(f"{name} failed: {type(exc).__name__}: {str(exc)[:500]}")
+                    results["profiles"] = bench.profiles
+                    _save(results, results_file)
+            finally:
+                bench.stop_server()
+                if not args.keep_db:
+                    bench.drop_database()
     try:
         from bench.plot import plot
 

@@ -6,21 +6,14 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import threading
-import time
-from collections.abc import Iterator
 from datetime import datetime
-from typing import NamedTuple
-
-import httpx
 
 from bench import run_env
 from bench.run_match import describe
 from bench.run_plan import Bench
+from bench.workload_api import PAYLOAD, post_jobs
 from bench.workloads import Workload, diracx, lhcb
 
-# what a job carries besides its requirements; DIRAC keeps the JDL there
-PAYLOAD = {"executable": "dirac-jobexec", "arguments": "jobDescription.xml -o LogLevel=INFO"}
 DISTINCT_BODIES = 4  # request bodies encoded up front and sent in turn
 
 
@@ -40,49 +33,6 @@ def _bodies(workload: Workload, batch: int, seed: int) -> list[bytes]:
         ).encode()
         for _ in range(DISTINCT_BODIES)
     ]
-
-
-class Posted(NamedTuple):
-    seconds: list[float]  # of each accepted POST, its retries included
-    failures: list[str]  # status and text of each refused one
-    retried: int  # answers 503 tried again
-    wall: float
-
-
-def post_jobs(api: str, bodies: Iterator[bytes], clients: int, retries: int = 0) -> Posted:
-    """POST every body to /jobs from `clients` threads at once. A 503 says "retry shortly":
-    with `retries`, a client does, that many times at most."""
-    lock, seconds, failures, retried = threading.Lock(), [], [], 0
-
-    def client() -> None:
-        nonlocal retried
-        with httpx.Client(timeout=600, headers={"content-type": "application/json"}) as http:
-            while True:
-                with lock:
-                    body = next(bodies, None)
-                if body is None:
-                    return
-                started = time.perf_counter()
-                for attempt in range(retries + 1):
-                    r = http.post(f"{api}/jobs", content=body)
-                    if r.status_code != 503 or attempt == retries:
-                        break
-                    with lock:
-                        retried += 1
-                took = time.perf_counter() - started
-                with lock:
-                    if r.status_code == 201:
-                        seconds.append(took)
-                    else:
-                        failures.append(f"{r.status_code}: {r.text[:200]}")
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return Posted(seconds, failures, retried, time.perf_counter() - started)
 
 
 def submit(api: str, bodies: list[bytes], batch: int, batches: int, clients: int) -> dict:

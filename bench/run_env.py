@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from fairmatch.db.engine import APPLICATION_NAME
 REPO = Path(__file__).resolve().parent.parent
 # the lean claim service's database sessions (bench/references/lean_claim.py names them so)
 LEAN_APPLICATION_NAME = "fairmatch-bench-lean"
-# the tables that matching writes to, sampled for dead tuples and vacuumed between runs
+# the tables that matching writes to: analysed after a bulk load, their autovacuum watched during runs
 HOT_TABLES = ("tq_jobs", "jobs", "job_events", "task_queues")
 PG_SETTINGS = ("shared_buffers", "work_mem", "effective_cache_size", "max_connections", "synchronous_commit",
                "fsync", "autovacuum", "jit")  # fmt: skip
@@ -69,10 +71,90 @@ def waiting_jobs(url: str) -> int:
     return query(url, "SELECT count(*) FROM tq_jobs")[0][0]
 
 
-def vacuum(url: str) -> None:
-    """VACUUM ANALYZE the hot tables, so that every run starts without dead tuples."""
+def analyze(url: str) -> None:
+    """ANALYZE the hot tables, once, right after a bulk load: a site's
+    autoanalyze would do it within a minute of such a load (autovacuum_naptime),
+    and the runs would otherwise start on the planner's guesses for empty
+    tables. Nothing is vacuumed by hand: autovacuum runs, as on a site."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"VACUUM (ANALYZE) {', '.join(HOT_TABLES)}")
+        conn.execute(f"ANALYZE {', '.join(HOT_TABLES)}")
+
+
+def setting(url: str, name: str) -> str:
+    return query(url, "SELECT current_setting(%s)", (name,))[0][0]
+
+
+@contextmanager
+def autovacuum_on(admin_url: str, log: Callable[[str], object] = print) -> Iterator[dict]:
+    """autovacuum on for the whole cluster while the benchmark runs, as sites'
+    servers run it: when the server has it off, `ALTER SYSTEM SET autovacuum =
+    on` and a reload, undone however the run ends (an exception, Ctrl-C, or
+    SIGTERM, which is turned into SystemExit meanwhile). Undone means RESET,
+    or the value ALTER SYSTEM had set before, if it had. Yields what was
+    seen and done, for the results."""
+    url = database_url(admin_url, _admin_db(admin_url))
+    before, source = query(url, "SELECT setting, COALESCE(sourcefile, '') FROM pg_settings WHERE name = 'autovacuum'")[0]
+    state = {"before": before, "turned_on": before != "on"}
+    if not state["turned_on"]:
+        yield state
+        return
+    # a value ALTER SYSTEM wrote earlier is put back, not reset to the file's
+    restore = f"ALTER SYSTEM SET autovacuum = {before}" if source.endswith("postgresql.auto.conf") else None
+    previous_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        _alter_autovacuum(url, "ALTER SYSTEM SET autovacuum = on")
+        log("autovacuum turned on for the run (ALTER SYSTEM); it is reset at the end")
+        deadline = time.monotonic() + 10  # the reload reaches new sessions within moments
+        while setting(url, "autovacuum") != "on" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the restore short
+        _alter_autovacuum(url, restore or "ALTER SYSTEM RESET autovacuum")
+        signal.signal(signal.SIGTERM, previous_term)
+        state["after"] = setting(url, "autovacuum")
+        log(f"autovacuum restored: {state['after']}")
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _alter_autovacuum(url: str, statement: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def table_activity(url: str, tables: Sequence[str] = HOT_TABLES) -> dict[str, dict[str, int]]:
+    """Autovacuum and autoanalyze runs so far, and live and dead tuples, per table."""
+    rows = query(
+        url,
+        "SELECT relname, autovacuum_count, autoanalyze_count, n_live_tup, n_dead_tup FROM pg_stat_user_tables"
+        " WHERE relname = ANY(%s)",
+        (list(tables),),
+    )
+    return {name: {"autovacuum": v, "autoanalyze": a, "live": live, "dead": dead} for name, v, a, live, dead in rows}
+
+
+@contextmanager
+def watched_tables(url: str, tables: Sequence[str] = HOT_TABLES) -> Iterator[dict]:
+    """What autovacuum did during a measured run: yields a dict that holds, once
+    the block ends, the autovacuum setting at its start and end and per table
+    the dead tuples at the start and end and the autovacuum and autoanalyze
+    runs in between."""
+    record: dict = {"setting": setting(url, "autovacuum")}
+    before = table_activity(url, tables)
+    yield record
+    after = table_activity(url, tables)
+    record["setting_at_end"] = setting(url, "autovacuum")
+    empty = {"autovacuum": 0, "autoanalyze": 0, "dead": 0}
+    record["tables"] = {
+        t: {"dead_at_start": before.get(t, empty)["dead"], "dead_at_end": a["dead"],
+            "autovacuum_runs": a["autovacuum"] - before.get(t, empty)["autovacuum"],
+            "autoanalyze_runs": a["autoanalyze"] - before.get(t, empty)["autoanalyze"]}
+        for t, a in sorted(after.items())
+    }  # fmt: skip
 
 
 def wait_idle(url: str, seconds: float = 120, application_name: str = APPLICATION_NAME) -> bool:
@@ -98,13 +180,36 @@ def wait_idle(url: str, seconds: float = 120, application_name: str = APPLICATIO
     return False
 
 
-def table_stats(url: str) -> dict[str, dict[str, int]]:
-    rows = query(
-        url,
-        "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
-        (list(HOT_TABLES),),
-    )
-    return {name: {"live": live, "dead": dead} for name, live, dead in rows}
+def vacuum_summary(section: object) -> dict:
+    """A section's measured runs as watched_tables recorded them, summed: the
+    autovacuum settings seen, the runs, per table the autovacuum and
+    autoanalyze runs during them and the most dead tuples any run started with."""
+    # a run quoted twice (the best of a reference's runs beside them) counts once
+    records = list({id(r): r for r in _vacuum_records(section)}.values())
+    tables = sorted({t for r in records for t in r["tables"]})
+
+    def per_table(key: str, combine: Callable) -> dict[str, int]:
+        return {t: combine((r["tables"].get(t, {}).get(key, 0) for r in records), default=0) for t in tables}
+
+    return {
+        "settings": sorted({r[k] for r in records for k in ("setting", "setting_at_end")}),
+        "runs": len(records),
+        "autovacuum_runs": per_table("autovacuum_runs", lambda v, default: sum(v, default)),
+        "autoanalyze_runs": per_table("autoanalyze_runs", lambda v, default: sum(v, default)),
+        "dead_at_start_max": per_table("dead_at_start", max),
+    }
+
+
+def _vacuum_records(value: object) -> Iterator[dict]:
+    if isinstance(value, dict):
+        if "setting_at_end" in value and "tables" in value:
+            yield value
+            return
+        for v in value.values():
+            yield from _vacuum_records(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _vacuum_records(v)
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """A job's whole life under load: submitted through POST /jobs, matched, reported
 Running, then Done with its CPU (which logs a charge), by P concurrent pilots
-(bench/lifecycle_pilots.py), with autovacuum on as sites run it.
+(bench/lifecycle_pilots.py), with autovacuum on as sites run it (bench/run.py).
 
 Beside the throughput and latencies per request kind, each run records the
 CPU the service, PostgreSQL and the load generator spent per finished job
@@ -13,14 +13,11 @@ waiting jobs.
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,93 +25,13 @@ import psycopg
 
 from bench import run_env
 from bench.pilots import PILOT_LIFE
-from bench.run_admin import PAYLOAD, post_jobs
 from bench.run_cpu import CpuMeter, parent_of, per_unit_ms
 from bench.run_match import describe
 from bench.run_metrics import claim_batches, read_claim_batches
 from bench.run_plan import Bench
-from bench.workload_fit import apportion
-from bench.workload_load import top_up_mix
-from bench.workload_model import LevelSplit, Workload
 from bench.workloads import lhcb
 
 ACCOUNTING_TABLES = ("usage_totals", "usage_charges", "associations")
-SUBMIT_CLIENTS = 2  # concurrent POST /jobs while topping up
-SUBMIT_RETRIES = 3  # a 503 says "retry shortly": the submitting client does
-
-# --- jobs through the API
-
-
-def top_up_jobs(workload: Workload, by_level: Mapping[int, int], target: int) -> list[tuple[int, int]]:
-    """(TQ index, user priority) of the jobs that bring the waiting jobs to
-    `target`, spread as the loader's top-up spreads them: over the TQs in
-    proportion to the workload's sizes, and over the levels that lack jobs
-    against the mix (matching drains the higher ones first), so that every run
-    starts from the same level mix."""
-    add = target - sum(by_level.values())
-    if add <= 0:
-        return []
-    split = LevelSplit(top_up_mix(workload.user_priorities, by_level, target))
-    jobs = []
-    for i, n in enumerate(apportion(workload.jobs, add)):
-        for priority, k in split.split(n) if n else ():
-            jobs += [(i, priority)] * k
-    return jobs
-
-
-def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) -> Iterator[bytes]:
-    """POST /jobs bodies of up to `batch` jobs: each the TQ's spec with its user
-    priority and the submit section's payload."""
-    for start in range(0, len(jobs), batch):
-        specs = [{**workload.specs[i], "user_priority": p, "payload": PAYLOAD} for i, p in jobs[start : start + batch]]
-        yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
-
-
-def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random) -> dict:
-    """Submit through the API until `target` jobs wait (their order shuffled, so
-    a batch mixes TQs as submissions do)."""
-    by_level = dict(run_env.query(url, "SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority"))
-    jobs = top_up_jobs(workload, by_level, target)
-    rng.shuffle(jobs)
-    _, failures, retried, seconds = post_jobs(api, job_bodies(workload, jobs, batch), SUBMIT_CLIENTS, SUBMIT_RETRIES)
-    if failures:
-        raise RuntimeError(f"{len(failures)} POST /jobs failed while topping up: {failures[:3]}")
-    return {"jobs": len(jobs), "seconds": round(seconds, 3), "jobs_per_s": len(jobs) / seconds if jobs else None,
-            "retried_503": retried}  # fmt: skip
-
-
-# --- PostgreSQL's settings
-
-
-@contextmanager
-def autovacuum_on(url: str) -> Iterator[str]:
-    """autovacuum on for the cluster (ALTER SYSTEM), reset afterwards however
-    the section ends; yields the setting seen before."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        before = conn.execute("SHOW autovacuum").fetchone()[0]
-        conn.execute("ALTER SYSTEM SET autovacuum = on")
-        conn.execute("SELECT pg_reload_conf()")
-    try:
-        deadline = time.monotonic() + 10  # the reload reaches new sessions within moments
-        while run_env.query(url, "SHOW autovacuum")[0][0] != "on" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield before
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM RESET autovacuum")
-            conn.execute("SELECT pg_reload_conf()")
-
-
-def table_activity(url: str) -> dict[str, dict[str, int]]:
-    """Autovacuum and autoanalyze runs and dead tuples of the hot and accounting tables."""
-    rows = run_env.query(
-        url,
-        "SELECT relname, autovacuum_count, autoanalyze_count, n_dead_tup FROM pg_stat_user_tables"
-        " WHERE relname = ANY(%s)",
-        ([*run_env.HOT_TABLES, *ACCOUNTING_TABLES],),
-    )
-    return {name: {"autovacuum": v, "autoanalyze": a, "dead": d} for name, v, a, d in rows}
-
 
 # --- what PostgreSQL's backends wait on
 
@@ -265,10 +182,9 @@ def lifecycle_run(
     url = b.url
     waiting = dict(run_env.query(url, "SELECT q.owner_group, count(*) FROM tq_jobs t"
                                       " JOIN task_queues q ON q.id = t.tq_id GROUP BY q.owner_group"))  # fmt: skip
-    tables_before = table_activity(url)
     batches_before = read_claim_batches(server.root) if server.exposes_metrics else None
     profile = None
-    with Activity(url) as activity:
+    with run_env.watched_tables(url, (*run_env.HOT_TABLES, *ACCOUNTING_TABLES)) as vacuum, Activity(url) as activity:
         # the sampler's own session is PostgreSQL work of the benchmark, not of the service
         meter = CpuMeter(server.process.pid, parent_of(activity.pid), url, exclude=[activity.pid])
         since: list[datetime] = []
@@ -284,7 +200,6 @@ def lifecycle_run(
     batches_after = read_claim_batches(server.root) if server.exposes_metrics else None
     used.pop("children")  # the generator, waited for inside the run, reports its own CPU
     used["load_generator"] = run["cpu_s"]
-    tables_after = table_activity(url)
     return {
         **run,
         "cpu_s": used,
@@ -293,9 +208,7 @@ def lifecycle_run(
         "claim_batches": claim_batches(batches_before, batches_after),
         "profile": b.finish_profile(profile, f"{profile_as}, {pilots} pilots"),
         "activity": activity.result(),
-        "tables": {t: {"autovacuum_runs": a["autovacuum"] - tables_before.get(t, {}).get("autovacuum", 0),
-                       "autoanalyze_runs": a["autoanalyze"] - tables_before.get(t, {}).get("autoanalyze", 0),
-                       "dead_at_end": a["dead"]} for t, a in tables_after.items()},
+        "vacuum": vacuum,
         "owner_groups": owner_groups(url, since[0], until, waiting, targets),
     }  # fmt: skip
 
@@ -322,42 +235,34 @@ def _ms(run: dict, side: str) -> str:
 
 def lifecycle_section(b: Bench) -> dict:
     """An empty database, the jobs submitted through the API by the server under
-    test; before each run topped up (through the API) to the same backlog,
-    vacuumed, priorities recomputed; then the pilots for plan.seconds."""
+    test; before each run topped up (through the API) to the same backlog and
+    priorities recomputed; then the pilots for plan.seconds. Autovacuum runs
+    as the whole benchmark runs it (bench/run.py)."""
     plan = b.plan
     workload = lhcb(plan.lhcb_scale, plan.seed)
     resources = b.pilots_file(workload)  # the lhcb section's pilots
     b.fresh_database()
-    rng = random.Random(f"lifecycle:{plan.seed}")
     out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
-                 "waiting_jobs": plan.lifecycle_jobs, "seconds": plan.seconds, "runs": {}}  # fmt: skip
-    with autovacuum_on(b.url) as before:
-        out["autovacuum_before"] = before
-        server = b.start_server()
-        for pilots in plan.lifecycle_pilots:
-            top_up = api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
-            if top_up["jobs"]:
-                b.log(
-                    f"submitted {top_up['jobs']:,} jobs through POST /jobs in {top_up['seconds']:.1f} s"
-                    f" ({top_up['retried_503']} answers 503 retried)"
-                )
-            run_env.vacuum(b.url)
-            _, decided = server.recompute()
-            waiting = run_env.waiting_jobs(b.url)
-            run = lifecycle_run(b, server, resources, pilots, target_shares(decided), "lifecycle")
-            out["runs"][str(pilots)] = {**run, "waiting_at_start": waiting, "top_up": top_up}
-            b.log(f"lifecycle, {pilots} pilots, {waiting:,} waiting: {_summary(run)}")
-        # the reference of the same run: the lean claim service's whole lives (its match, and a
-        # status report of one statement), same pilots and generator, on the backlog topped up
-        api_top_up(server.api, b.url, workload, plan.lifecycle_jobs, plan.submit_batch, rng)
-        lean = b.start_lean()
-        out["lean"] = {}
-        for pilots in plan.lifecycle_pilots:
-            run_env.vacuum(b.url)
-            run = lifecycle_run(b, lean, resources, pilots, {})
-            out["lean"][str(pilots)] = {**run, "waiting_at_start": run_env.waiting_jobs(b.url)}
-            b.log(f"lean service, {pilots} pilots: {_summary(run)}")
-        b.stop_server()
+                 "waiting_jobs": plan.lifecycle_jobs, "seconds": plan.seconds, "runs": {},
+                 "autovacuum_before": b.autovacuum.get("before")}  # fmt: skip
+    server = b.start_server()
+    for pilots in plan.lifecycle_pilots:
+        top_up = b.submit(workload, plan.lifecycle_jobs)
+        _, decided = server.recompute()
+        waiting = run_env.waiting_jobs(b.url)
+        run = lifecycle_run(b, server, resources, pilots, target_shares(decided), "lifecycle")
+        out["runs"][str(pilots)] = {**run, "waiting_at_start": waiting, "top_up": top_up}
+        b.log(f"lifecycle, {pilots} pilots, {waiting:,} waiting: {_summary(run)}")
+    # the reference of the same run: the lean claim service's whole lives (its match, and a
+    # status report of one statement), same pilots and generator, on the backlog topped up
+    b.submit(workload, plan.lifecycle_jobs)
+    lean = b.start_lean()
+    out["lean"] = {}
+    for pilots in plan.lifecycle_pilots:
+        run = lifecycle_run(b, lean, resources, pilots, {})
+        out["lean"][str(pilots)] = {**run, "waiting_at_start": run_env.waiting_jobs(b.url)}
+        b.log(f"lean service, {pilots} pilots: {_summary(run)}")
+    b.stop_server()
     out["autovacuum"] = sorted({r["activity"]["autovacuum"] for r in out["runs"].values()})
     out["ratio_to_lean"] = {
         p: run["jobs_per_s"] / out["lean"][p]["jobs_per_s"] if out["lean"].get(p, {}).get("jobs_per_s") else None

@@ -50,14 +50,16 @@ def measured_run(
     """One closed-loop wrk run with what it cost around it: the CPU of the service,
     of PostgreSQL and of wrk (in all, per match and per request), the claim
     batches of a fairmatch server (None for a server without the histogram),
+    what autovacuum did on the hot tables meanwhile (run_env.watched_tables),
     and with --profile and `profile_as` at the profiled load a flame graph
     `<profile_as>-<connections>.svg`."""
     batches_before = read_claim_batches(service.root) if service.exposes_metrics else None
     meter = CpuMeter(service.process.pid, b.postmaster, b.url)
     profile = b.start_profile(profile_as, service, connections) if profile_as else None
-    meter.start()
-    run = run_pilots(service.root, resources, connections, b.plan.seconds, pilot_life=b.plan.pilot_life)
-    used = meter.stop()
+    with run_env.watched_tables(b.url) as vacuum:
+        meter.start()
+        run = run_pilots(service.root, resources, connections, b.plan.seconds, pilot_life=b.plan.pilot_life)
+        used = meter.stop()
     batches_after = None
     if service.exposes_metrics:
         # once the requests wrk left in flight are answered: each claim falls in one run's reading
@@ -71,6 +73,7 @@ def measured_run(
         "cpu_ms_per_request": per_unit_ms(used, run["requests"]),
         "claim_batches": claim_batches(batches_before, batches_after),
         "profile": b.finish_profile(profile, f"{profile_as}, {connections} connections"),
+        "vacuum": vacuum,
     }
 
 
@@ -111,25 +114,34 @@ def lean_comparison(fairmatch: dict, lean: dict) -> dict:
 
 
 def lhcb_section(b: Bench) -> dict:
-    """References first (pgbench, then the lean claim service over wrk; no
-    fairmatch server holding connections), then fairmatch with wrk at 1, 8, 64
-    connections. Every wrk run starts from a queue topped up to the workload's size."""
+    """The workload submitted through POST /jobs as a site submits it, then the
+    references (pgbench, then the lean claim service over wrk; no fairmatch
+    server holding connections, the queue topped up by COPY), then fairmatch
+    with wrk at 1, 8, 64 connections, the queue topped up through its API.
+    Every wrk run starts from a queue topped up to the workload's size."""
     plan = b.plan
     workload = lhcb(plan.lhcb_scale, plan.seed)
     target = workload.total_jobs
     b.fresh_database()
-    b.load(workload)
+    b.start_server()
+    load = b.submit(workload, target)
+    b.stop_server()
+    run_env.analyze(b.url)
     resources = b.pilots_file(workload)
-    out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
+    out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers, "load": load,
                  "connections": {}, "bare_claims": {}, "legacy_runs": {}, "lean_runs": {}}  # fmt: skip
     for clients in plan.bare_clients:
         rows = b.fill(workload, target)
-        run = out["bare_claims"][str(clients)] = bare_claim(b.url, rows, clients, plan.seconds)
+        with run_env.watched_tables(b.url) as vacuum:
+            run = bare_claim(b.url, rows, clients, plan.seconds)
+        out["bare_claims"][str(clients)] = {**run, "vacuum": vacuum}
         b.log(f"bare claim, {clients} clients, {rows:,} rows: {run['claims_per_s']:,.0f} claims/s"
               f"{' (ran dry)' if run['ran_dry'] else ''}")  # fmt: skip
     for clients in plan.legacy_clients:
         b.fill(workload, target)
-        run = out["legacy_runs"][str(clients)] = legacy_dirac(b.url, clients, plan.seconds, resources)
+        with run_env.watched_tables(b.url) as vacuum:
+            run = legacy_dirac(b.url, clients, plan.seconds, resources)
+        out["legacy_runs"][str(clients)] = {**run, "vacuum": vacuum}
         b.log(f"DIRAC matchAndGetJob SQL, {clients} clients: {run['matches_per_s']:,.0f} matches/s,"
               f" {run['delete_found_nothing']:,} lost races, {run['queue_emptied']:,} emptied queues")  # fmt: skip
     lean = b.start_lean()
@@ -142,9 +154,10 @@ def lhcb_section(b: Bench) -> dict:
     b.stop_server()
     server = b.start_server()
     for connections in plan.connections:
-        waiting = b.fill(workload, target)
+        top_up = b.submit(workload, target)
+        waiting = run_env.waiting_jobs(b.url)
         run = measured_run(b, server, resources, connections, "lhcb")
-        out["connections"][str(connections)] = {**run, "waiting_jobs": waiting}
+        out["connections"][str(connections)] = {**run, "waiting_jobs": waiting, "top_up": top_up}
         b.log(f"fairmatch, {connections} connections: {_summary(run)}; {cpu_summary(run)}")
     b.stop_server()
     # the plot draws one line per reference: the best figure of each
@@ -255,18 +268,19 @@ def soak_section(b: Bench) -> dict:
     resources = b.pilots_file(workload)
     b.fill(workload, workload.total_jobs)
     server = b.start_server()
-    samples = [{"t_s": 0.0, "tables": run_env.table_stats(b.url)}]
+    samples = [{"t_s": 0.0, "tables": run_env.table_activity(b.url)}]
     slices = []
     started = time.monotonic()
     for _ in range(math.ceil(plan.soak_seconds / plan.soak_slice)):
-        run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate,
-                         pilot_life=plan.pilot_life)  # fmt: skip
+        with run_env.watched_tables(b.url) as vacuum:
+            run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate,
+                             pilot_life=plan.pilot_life)  # fmt: skip
         t = round(time.monotonic() - started, 1)
-        tables = run_env.table_stats(b.url)
+        tables = run_env.table_activity(b.url)
         slices.append(run)
         samples.append({"t_s": t, "rps": run["rps"], "matches_per_s": run["matches_per_s"],
                         "p99_ms": run["latency_ms"]["p99"], "errors": errors(run), "status": run["status"],
-                        "tables": tables})  # fmt: skip
+                        "tables": tables, "vacuum": vacuum})  # fmt: skip
         dead = ", ".join(f"{t} {tables.get(t, {}).get('dead', 0):,}" for t in ("tq_jobs", "jobs", "job_events"))
         b.log(f"soak {t:5.0f} s: {run['rps']:,.0f} req/s, p99 {run['latency_ms']['p99']:.1f} ms; dead tuples {dead}")
     waiting = run_env.waiting_jobs(b.url)

@@ -3,6 +3,7 @@ its sections: the database, the server, the pilots files, progress lines."""
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -13,6 +14,7 @@ from bench import run_env
 from bench.pilots import PILOT_LIFE, write_resources
 from bench.run_cpu import postmaster_of
 from bench.run_profile import Profile
+from bench.workload_api import SITE_BATCH, api_top_up
 from bench.workloads import Workload, load, pilots, top_up
 
 DATABASE = "fairmatch_bench"
@@ -41,7 +43,8 @@ class Plan:
     legacy_clients: tuple[int, ...] = (8, 64)
     lean_connections: tuple[int, ...] = (64, 8)  # the lean claim service, as many workers as fairmatch
     scaling_connections: tuple[int, ...] = (64, 8)  # the first is the one plotted; diracx runs these too
-    submit_batch: int = 10_000
+    submit_batch: int = 10_000  # the submit section's bulk batches
+    site_batch: int = SITE_BATCH  # jobs per POST /jobs when a section loads or tops up as a site submits
     submit_clients: tuple[int, ...] = (1, 2)
     soak_rate: float = 1000
     soak_connections: int = 64
@@ -101,6 +104,8 @@ class Bench:
         self.started = time.monotonic()
         self._pilots: dict[tuple, Path] = {}
         self.profiles: list[dict] = []  # the flame graphs recorded, in order
+        self.autovacuum: dict = {}  # the server's setting before the run, and whether the run turned it on
+        self.rng = random.Random(f"submit:{plan.seed}")  # the order jobs are submitted in
 
     @cached_property
     def postmaster(self) -> int | None:
@@ -138,20 +143,34 @@ class Bench:
         run_env.drop_database(self.admin_url, DATABASE)
 
     def load(self, workload: Workload) -> dict:
+        """The workload by COPY (analysed after: see workload_load._finish)."""
         self.log(f"loading {workload.name}: {len(workload.specs):,} TQs, {workload.total_jobs:,} jobs")
-        report = load(self.url, workload, progress=lambda line: self.log(f"  {line}"))
-        run_env.vacuum(self.url)
-        return report
+        return load(self.url, workload, progress=lambda line: self.log(f"  {line}"))
 
-    def fill(self, workload: Workload, total: int) -> int:
-        """Top the queue up to `total` waiting jobs and vacuum; return the waiting jobs."""
+    def _wait_idle(self) -> None:
         if self.server is not None and not run_env.wait_idle(self.url, application_name=self.server.application_name):
             self.log(f"the {self.server.name} is still busy after 120 s; topping up anyway")
+
+    def fill(self, workload: Workload, total: int) -> int:
+        """Top the queue up to `total` waiting jobs by COPY; return the waiting jobs."""
+        self._wait_idle()
         report = top_up(self.url, workload, total, progress=None)
-        run_env.vacuum(self.url)
         if report["jobs"]:
             self.log(f"topped up {report['jobs']:,} jobs in {report['seconds']:.1f} s")
         return run_env.waiting_jobs(self.url)
+
+    def submit(self, workload: Workload, total: int) -> dict:
+        """Top the queue up to `total` waiting jobs through the running fairmatch
+        server's POST /jobs, in a site's batches (bench/workload_api.py); an empty
+        database is loaded whole. Returns what was sent and how fast."""
+        if not isinstance(self.server, run_env.Server):
+            raise RuntimeError("submitting through the API needs a fairmatch server running")
+        self._wait_idle()
+        report = api_top_up(self.server.api, self.url, workload, total, self.plan.site_batch, self.rng)
+        if report["jobs"]:
+            self.log(f"submitted {report['jobs']:,} jobs through POST /jobs in {report['seconds']:.1f} s"
+                     f" ({report['jobs_per_s']:,.0f} jobs/s, {report['retried_503']} answers 503 retried)")  # fmt: skip
+        return report
 
     def start_server(self) -> run_env.Server:
         """A new server (the previous one stopped), its priorities computed once."""

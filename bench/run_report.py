@@ -65,6 +65,9 @@ def _lhcb(results: dict) -> list[str]:
     top = fm.get("64", {}).get("matches_per_s")
     lines = [f"#### Matching: LHCb snapshot × {w['scale']:g} ({w['task_queues']:,} TQs, {w['jobs']:,} waiting jobs"
              f"{_mix(w)}), `--workers {lhcb['workers']}`", ""]  # fmt: skip
+    if load := lhcb.get("load"):
+        lines += [f"Submitted through `POST /jobs` in batches of {load['batch']:,} by {load['clients']} clients:"
+                  f" {load['jobs']:,} jobs in {_n(load['seconds'], 1)} s, {_n(load['jobs_per_s'])} jobs/s.", ""]  # fmt: skip
     rows = []
     for c, run in sorted(fm.items(), key=lambda kv: int(kv[0])):
         rows.append(["fairmatch `POST /match`", c, _n(run["matches_per_s"]), _n(_p(run, "p50"), 2),
@@ -237,7 +240,7 @@ def _lifecycle(results: dict) -> list[str]:
                        "PostgreSQL ms/job", "load generator ms/job", "service / PostgreSQL ms per request"],
                       rows)]  # fmt: skip
     vacuums = [f"{p} pilots: " + (", ".join(f"{t} {a['autovacuum_runs']}/{a['autoanalyze_runs']}"
-                                            for t, a in sorted(r.get("tables", {}).items())
+                                            for t, a in sorted(r.get("vacuum", {}).get("tables", {}).items())
                                             if a["autovacuum_runs"] or a["autoanalyze_runs"]) or "none")
                for p, r in runs]  # fmt: skip
     lines += ["", f"Autovacuum/autoanalyze runs during each run: {'; '.join(vacuums)}."]
@@ -269,6 +272,31 @@ def _lifecycle(results: dict) -> list[str]:
               *_table(["owner group", "waiting", "waiting %", "target %",
                        *(f"matched at {p} pilots" for p, _ in runs)], rows)]  # fmt: skip
     return lines
+
+
+def _vacuum(results: dict) -> list[str]:
+    """Per section: the autovacuum setting during its measured runs, the autovacuum and
+    autoanalyze runs on the hot tables meanwhile, the most dead tuples a run started with."""
+    rows = []
+    for name in results["settings"].get("sections", ()):
+        section = results.get("scaling_extra" if name == "scaling" else name) or {}
+        v = section.get("vacuum")
+        if not v or not v["runs"]:
+            continue
+        tables = sorted(v["dead_at_start_max"])
+
+        def per_table(counts: dict) -> str:
+            return ", ".join(f"{t} {counts[t]:,}" for t in tables if counts.get(t)) or "0"
+
+        rows.append([name, "/".join(v["settings"]), str(v["runs"]), per_table(v["autovacuum_runs"]),
+                     per_table(v["autoanalyze_runs"]), per_table(v["dead_at_start_max"])])  # fmt: skip
+    if not rows:
+        return []
+    before = results["settings"].get("autovacuum", {})
+    title = (f"#### Autovacuum during the measured runs (the server had it {before.get('before', '?')};"
+             f" {'turned on for the run' if before.get('turned_on') else 'left as it was'})")  # fmt: skip
+    header = ["section", "autovacuum", "runs", "autovacuum runs", "autoanalyze runs", "most dead tuples at a start"]
+    return [title, "", *_table(header, rows)]
 
 
 def _measured_runs(results: dict) -> Iterator[tuple[str, dict]]:
@@ -437,7 +465,8 @@ def markdown(results: dict) -> str:
     lines += ["#### Targets", "", *_table(["target", "measured", "holds"], rows), ""]
     for key, render in (("lhcb", _lhcb), ("lhcb", _lean), ("diracx", _diracx), ("scaling", _scaling),
                         ("submit", _submit), ("recompute", _recompute), ("soak", _soak),
-                        ("lifecycle", _lifecycle), (None, _claim_batches), (None, _profiles)):  # fmt: skip
+                        ("lifecycle", _lifecycle), (None, _vacuum), (None, _claim_batches),
+                        (None, _profiles)):  # fmt: skip
         if key is None or results.get(key):
             table = render(results)
             lines += [*table, ""] if table else []

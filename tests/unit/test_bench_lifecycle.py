@@ -17,6 +17,8 @@ import pytest
 
 from bench import lifecycle_pilots as lp
 from bench import run_lifecycle as rl
+from bench import workload_api as wa
+from bench.run_env import vacuum_summary
 from bench.run_plan import Plan
 from bench.run_report import markdown
 from bench.workload_model import USER_PRIORITY_MIX
@@ -193,22 +195,22 @@ WORKLOAD = SimpleNamespace(
 
 
 def test_a_top_up_follows_the_sizes_and_brings_the_levels_back_to_the_mix():
-    jobs = rl.top_up_jobs(WORKLOAD, {}, 1000)
+    jobs = wa.top_up_jobs(WORKLOAD, {}, 1000)
     assert Counter(i for i, _ in jobs) == {0: 600, 1: 300, 2: 100}
     assert Counter(p for _, p in jobs) == {1: 600, 2: 250, 3: 150}
     # matching drained the higher levels: only they are added
     drained = {1: 600, 2: 150, 3: 50}
-    levels = Counter(p for _, p in rl.top_up_jobs(WORKLOAD, drained, 1000))
+    levels = Counter(p for _, p in wa.top_up_jobs(WORKLOAD, drained, 1000))
     assert levels == {2: 100, 3: 100}
-    assert rl.top_up_jobs(WORKLOAD, {1: 1000}, 1000) == []
+    assert wa.top_up_jobs(WORKLOAD, {1: 1000}, 1000) == []
 
 
 def test_bodies_carry_the_specs_in_batches():
     jobs = [(0, 1), (1, 2), (2, 3), (0, 1), (1, 1)]
-    bodies = [json.loads(b) for b in rl.job_bodies(WORKLOAD, jobs, 2)]
+    bodies = [json.loads(b) for b in wa.job_bodies(WORKLOAD, jobs, 2)]
     assert [len(b["jobs"]) for b in bodies] == [2, 2, 1]
     first = bodies[0]["jobs"][1]
-    assert first == {**WORKLOAD.specs[1], "user_priority": 2, "payload": rl.PAYLOAD}
+    assert first == {**WORKLOAD.specs[1], "user_priority": 2, "payload": wa.PAYLOAD}
 
 
 # --- the backends' waits
@@ -258,8 +260,10 @@ def _run(pilots: int, jobs: int) -> dict:
                           "share_in_batches_of_2_or_more": 0.25} if pilots == 64 else None,
         "activity": {"samples": 20, "backends_sampled": 50, "lock_waits": 7, "accounting_lock_waits": 5,
                      "by_wait": [["Lock:transactionid", "usage_totals", 5], ["CPU", "", 3]], "autovacuum": "on"},
-        "tables": {"task_queues": {"autovacuum_runs": 1, "autoanalyze_runs": 2, "dead_at_end": 0},
-                   "jobs": {"autovacuum_runs": 0, "autoanalyze_runs": 0, "dead_at_end": 9}} if pilots == 64 else {},
+        "vacuum": {"setting": "on", "setting_at_end": "on", "tables": {
+            "task_queues": {"autovacuum_runs": 1, "autoanalyze_runs": 2, "dead_at_start": 4, "dead_at_end": 0},
+            "jobs": {"autovacuum_runs": 0, "autoanalyze_runs": 0, "dead_at_start": 0, "dead_at_end": 9},
+        } if pilots == 64 else {}},
         "owner_groups": {"lhcb_mc": {"waiting": 150, "waiting_share": 0.75, "matched": jobs, "matched_share": 1.0,
                                      "target_share": 0.5},
                          "lhcb_data": {"waiting": 50, "waiting_share": 0.25, "matched": 0, "matched_share": 0,
@@ -269,7 +273,9 @@ def _run(pilots: int, jobs: int) -> dict:
 
 def test_the_report_has_the_lifecycle_tables():
     results = {
-        "started_at": "20261125T000000Z", "settings": {"plan": {"quick": True}}, "errors": {},
+        "started_at": "20261125T000000Z", "errors": {},
+        "settings": {"plan": {"quick": True}, "sections": ["lifecycle"], "autovacuum": {"before": "off",
+                                                                                         "turned_on": True}},
         "machine": {"cpu_model": "cpu", "cores": 2, "ram_gib": 24, "postgresql": "PostgreSQL 15 on x",
                     "python": "3.11", "fairmatch_commit": "abc", "fairmatch_tree_modified": False},
         "lifecycle": {"workload": {"user_priorities": [[1, 0.6], [2, 0.25], [3, 0.15]]}, "workers": 2,
@@ -278,6 +284,7 @@ def test_the_report_has_the_lifecycle_tables():
                       "lean": {"64": {**_run(64, 4000), "claim_batches": None}},
                       "ratio_to_lean": {"64": 0.25, "8": None}},
     }  # fmt: skip
+    results["lifecycle"]["vacuum"] = vacuum_summary(results["lifecycle"])
     report = markdown(results)
     assert "#### A job's whole life" in report and "autovacuum on (before: off)" in report
     lat = "10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0 | 10.0 / 40.0 / 90.0"
@@ -292,6 +299,9 @@ def test_the_report_has_the_lifecycle_tables():
     assert "| lifecycle, 8 pilots | — | — | — | — |" in report
     assert "| 64 | 20 | 50 | 7 | 5 | Lock:transactionid · usage_totals: 5; CPU: 3 |" in report
     assert "Autovacuum/autoanalyze runs during each run: 8 pilots: none; 64 pilots: task_queues 1/2." in report
+    # the lean runs' records count too: three runs, the 64-pilot ones with a vacuum of task_queues each
+    assert "#### Autovacuum during the measured runs (the server had it off; turned on for the run)" in report
+    assert "| lifecycle | on | 3 | task_queues 2 | task_queues 4 | task_queues 4 |" in report
     assert "| lhcb_mc | 150 | 75.0 | 50.0 | 400 (100.0 %) | 1,000 (100.0 %) |" in report
     assert "| lhcb_data | 50 | 25.0 | 50.0 | 0 (0.0 %) | 0 (0.0 %) |" in report
     assert "| whole lives at 64 pilots ≥ 500 jobs/s | 50/s | **no** |" in report
@@ -311,11 +321,11 @@ def test_the_groups_target_shares_come_from_the_priority_runs_entities():
 
 
 def test_submitting_clients_retry_a_503_as_it_asks_and_report_the_rest():
-    """bench.run_admin.post_jobs against a server that answers 503 to each body's first try,
+    """bench.workload_api.post_jobs against a server that answers 503 to each body's first try,
     and 422 to the body b"bad"."""
     import http.server
 
-    from bench.run_admin import post_jobs
+    from bench.workload_api import post_jobs
 
     seen: Counter = Counter()
 
