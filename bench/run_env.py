@@ -93,7 +93,8 @@ def autovacuum_on(admin_url: str, log: Callable[[str], object] = print) -> Itera
     or the value ALTER SYSTEM had set before, if it had. Yields what was
     seen and done, for the results."""
     url = database_url(admin_url, _admin_db(admin_url))
-    before, source = query(url, "SELECT setting, COALESCE(sourcefile, '') FROM pg_settings WHERE name = 'autovacuum'")[0]
+    autovacuum = "SELECT setting, COALESCE(sourcefile, '') FROM pg_settings WHERE name = 'autovacuum'"
+    before, source = query(url, autovacuum)[0]
     state = {"before": before, "turned_on": before != "on"}
     if not state["turned_on"]:
         yield state

@@ -285,7 +285,7 @@ def _vacuum(results: dict) -> list[str]:
             continue
         tables = sorted(v["dead_at_start_max"])
 
-        def per_table(counts: dict) -> str:
+        def per_table(counts: dict, tables: list[str] = tables) -> str:
             return ", ".join(f"{t} {counts[t]:,}" for t in tables if counts.get(t)) or "0"
 
         rows.append([name, "/".join(v["settings"]), str(v["runs"]), per_table(v["autovacuum_runs"]),

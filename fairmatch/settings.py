@@ -4,7 +4,9 @@ The composition root: each domain package defines its own section
 (`fairmatch.<package>.settings`), and `Settings` puts them together with the
 database and server sections. Every field is overridable by environment,
 `FAIRMATCH_DATABASE_URL` for the database and `FAIRMATCH_<SECTION>__<NAME>`
-for the rest, e.g. `FAIRMATCH_MATCHING__LOTTERY=dirac`.
+for the rest, e.g. `FAIRMATCH_MATCHING__LOTTERY=dirac`; any other variable with
+the prefix stops the start, unless the project reads it itself
+(`fairmatch/settings_env.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fairmatch.limits.settings import SiteLimitSettings
 from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatching
 from fairmatch.priority.settings import GroupSettings, PrioritySettings
 from fairmatch.sections import Section
+from fairmatch.settings_env import UnknownVariableError, unknown_variables
 from fairmatch.taskqueues.settings import TaskQueueSettings
 
 DEFAULT_CONFIG_FILE = Path("config/fairmatch.toml")
@@ -145,6 +148,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # a misspelt variable would be passed over: refused here, as a misspelt key in the file is
+        config = settings_cls.model_config
+        unknown = unknown_variables(settings_cls, os.environ, str(config["env_prefix"]),
+                                    str(config["env_nested_delimiter"]))  # fmt: skip
+        if unknown:
+            raise UnknownVariableError("; ".join(unknown))
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = config_file_path()
         if config_file is not None:

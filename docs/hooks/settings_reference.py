@@ -18,11 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from markdown_text import cell
-from pydantic import AliasChoices, BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from fairmatch.settings import Settings
+from fairmatch.settings_env import (
+    NON_SETTING_PREFIXES,
+    NON_SETTING_VARIABLES,
+    accepted_keys,
+    dict_section_of,
+    model_of,
+    unwrap_optional,
+)
 
 KEY = "<name>"  # stands for the key of a dict of sections
 
@@ -66,28 +74,6 @@ def env_name(path: tuple[str, ...]) -> str:
     return env_prefix() + env_delimiter().join(part.upper() for part in path)
 
 
-def _unwrap_optional(annotation: Any) -> Any:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
-
-
-def model_of(annotation: Any) -> type[BaseModel] | None:
-    """The section model a field holds, if it holds one."""
-    annotation = _unwrap_optional(annotation)
-    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-
-
-def dict_section_of(annotation: Any) -> type[BaseModel] | None:
-    """The model of a `dict[str, Model]` field: a table of named sections."""
-    annotation = _unwrap_optional(annotation)
-    if typing.get_origin(annotation) is dict:
-        return model_of(typing.get_args(annotation)[1])
-    return None
-
-
 def sections(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> Iterator[Section]:
     """Every section with its own settings, depth first, the root first."""
     own: list[Setting] = []
@@ -105,17 +91,6 @@ def sections(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> I
         yield from sections(sub, sub_path)
 
 
-def accepted_keys(name: str, field: FieldInfo) -> list[str]:
-    """The names a settings file may use for a field: its own and its aliases."""
-    names = [name]
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        names += [choice for choice in alias.choices if isinstance(choice, str) and choice not in names]
-    elif isinstance(alias, str) and alias not in names:
-        names.append(alias)
-    return names
-
-
 def resolves(path: list[str], model: type[BaseModel] = Settings) -> bool:
     """Whether a dotted setting name, e.g. ["priority", "rank", "window_days"], names a section
     or a setting. Any segment stands for a key where the tree has a dict; a path that ends
@@ -130,13 +105,13 @@ def resolves(path: list[str], model: type[BaseModel] = Settings) -> bool:
             return resolves(rest, sub)
         if (sub := dict_section_of(field.annotation)) is not None:
             return not rest or resolves(rest[1:], sub)
-        return not rest or typing.get_origin(_unwrap_optional(field.annotation)) is dict
+        return not rest or typing.get_origin(unwrap_optional(field.annotation)) is dict
     return False
 
 
 def type_name(annotation: Any) -> str:
     """A reader's name for a field's type: `int`, `"json" | "text"`, `list[int]`."""
-    annotation = _unwrap_optional(annotation)
+    annotation = unwrap_optional(annotation)
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return " | ".join(json.dumps(value) for value in typing.get_args(annotation))
@@ -213,4 +188,16 @@ def markdown() -> str:
                 f"| {description} |"
             )
         out.append("")
+    out += [
+        "## Variables that are not settings",
+        "",
+        "The project reads these itself; any other `FAIRMATCH_` variable that names no setting stops "
+        "the start with its name (`fairmatch/settings_env.py`).",
+        "",
+        "| variable | what it is |",
+        "|---|---|",
+        *(f"| `{name}` | {cell(what)} |" for name, what in NON_SETTING_VARIABLES.items()),
+        *(f"| `{prefix}…` | {cell(what)} |" for prefix, what in NON_SETTING_PREFIXES.items()),
+        "",
+    ]
     return "\n".join(out)

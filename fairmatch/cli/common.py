@@ -43,10 +43,11 @@ def load_settings_or_exit() -> Settings:
     from pydantic import ValidationError
 
     from fairmatch.settings import ConfigFileError, get_settings
+    from fairmatch.settings_env import UnknownVariableError
 
     try:
         return get_settings()
-    except ConfigFileError as exc:
+    except (ConfigFileError, UnknownVariableError) as exc:
         fail(f"invalid settings: {exc}", EXIT_USAGE)
     except ValidationError as exc:
         problems = "; ".join(

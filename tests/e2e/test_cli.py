@@ -412,6 +412,17 @@ def test_serve_refuses_invalid_settings(fairmatch, env, message):
     assert_failed(fairmatch("serve", **env), 2, message)
 
 
+def test_serve_stops_at_a_variable_that_names_no_setting(fairmatch):
+    """A misspelt FAIRMATCH_ variable stops the start, named with the setting it probably meant;
+    the project's own variables that are not settings pass."""
+    result = fairmatch("serve", "--port", str(free_port()), FAIRMATCH_MATCHING__LOTTERIE="dirac",
+                       FAIRMATCH_TEST_UNRELATED="1", FAIRMATCH_URL="http://127.0.0.1:1")  # fmt: skip
+    assert_failed(result, 2, "invalid settings: FAIRMATCH_MATCHING__LOTTERIE names no setting"
+                             " (did you mean FAIRMATCH_MATCHING__LOTTERY?)")  # fmt: skip
+    assert "Traceback" not in result.stderr
+    assert "FAIRMATCH_TEST_UNRELATED" not in result.stderr and "FAIRMATCH_URL" not in result.stderr
+
+
 def _serve(env: dict, tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     log = (tmp_path / f"serve-{port}.log").open("wb")

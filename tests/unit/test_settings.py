@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from fairmatch.matching.settings import Lottery
-from fairmatch.settings import ConfigFileError, Settings
+from fairmatch.settings import ConfigFileError, GivenSettings, Settings
+from fairmatch.settings_env import NON_SETTING_PREFIXES, NON_SETTING_VARIABLES, UnknownVariableError, unknown_variables
 from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 
@@ -80,6 +81,62 @@ def test_unknown_lottery_and_unknown_keys_are_errors(no_config, monkeypatch):
     monkeypatch.setenv("FAIRMATCH_CONFIG", str(no_config / "f.toml"))
     with pytest.raises(ValidationError):
         Settings()
+
+
+def _unknown(**environ: str) -> list[str]:
+    return unknown_variables(Settings, environ, "FAIRMATCH_", "__")
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("FAIRMATCH_MATCHING__LOTTERIE", "FAIRMATCH_MATCHING__LOTTERY"),
+        ("FAIRMATCH_LOTTERIE", "FAIRMATCH_MATCHING__LOTTERY"),  # the section left out
+        ("fairmatch_server__prot", "FAIRMATCH_SERVER__PORT"),  # read in any case, as pydantic-settings reads them
+        ("FAIRMATCH_SERVER__PORT__NUMBER", "FAIRMATCH_SERVER__PORT"),  # a plain setting has no parts
+        ("FAIRMATCH_GROUPS__LHCB_USER__JOB_SHARES", "FAIRMATCH_GROUPS__LHCB_USER__JOB_SHARE"),
+        ("FAIRMATCH_CONFG", "FAIRMATCH_CONFIG"),
+        ("FAIRMATCH_WORKLOAD_DIR", "FAIRMATCH_WORKLOADS_DIR"),
+        ("FAIRMATCH_QWXZ", None),
+        ("FAIRMATCH_", None),
+    ],
+)
+def test_a_variable_that_names_no_setting_is_named_with_what_it_probably_meant(name, meant):
+    suggestion = f" (did you mean {meant}?)" if meant else ""
+    assert _unknown(**{name: "1"}) == [f"{name} names no setting{suggestion}"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "FAIRMATCH_DATABASE_URL",
+        "FAIRMATCH_MATCHING__LOTTERY",
+        "fairmatch_matching__lottery",
+        "FAIRMATCH_MATCHING",  # a whole section as JSON
+        "FAIRMATCH_PRIORITY__RANK__WINDOW_DAYS",
+        "FAIRMATCH_GROUPS__LHCB_USER",
+        "FAIRMATCH_GROUPS__LHCB_USER__JOB_SHARE",
+        "FAIRMATCH_PRIORITY__CORRECTIONS__INSTANCES__MAIN__SLICES__LAST__TIMESPAN",  # DIRAC's alias
+        *NON_SETTING_VARIABLES,
+        *(f"{prefix}ANYTHING" for prefix in NON_SETTING_PREFIXES),
+        "PATH",
+    ],
+)
+def test_settings_and_the_projects_own_variables_pass(name):
+    assert _unknown(**{name: "1"}) == []
+
+
+def test_settings_stop_at_an_unknown_variable_before_reading_anything(no_config, monkeypatch):
+    monkeypatch.setenv("FAIRMATCH_MATCHING__LOTTERIE", "dirac")
+    monkeypatch.setenv("FAIRMATCH_SERVER__PROT", "80")
+    with pytest.raises(UnknownVariableError) as refused:
+        Settings()
+    assert str(refused.value) == (
+        "FAIRMATCH_MATCHING__LOTTERIE names no setting (did you mean FAIRMATCH_MATCHING__LOTTERY?);"
+        " FAIRMATCH_SERVER__PROT names no setting (did you mean FAIRMATCH_SERVER__PORT?)"
+    )
+    # settings built from their arguments alone read no environment, so they do not check it
+    assert GivenSettings().matching.lottery is None
 
 
 @pytest.mark.parametrize(
