@@ -246,6 +246,8 @@ def lifecycle_section(b: Bench) -> dict:
                  "waiting_jobs": plan.lifecycle_jobs, "seconds": plan.seconds, "runs": {},
                  "autovacuum_before": b.autovacuum.get("before")}  # fmt: skip
     server = b.start_server()
+    out["load"] = b.submit(workload, plan.lifecycle_jobs)
+    run_env.analyze(b.url)
     for pilots in plan.lifecycle_pilots:
         top_up = b.submit(workload, plan.lifecycle_jobs)
         _, decided = server.recompute()

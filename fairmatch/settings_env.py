@@ -126,9 +126,10 @@ def unknown_variables(model: type[BaseModel], environ: Mapping[str, str], prefix
         if not upper.startswith(prefix) or _allowed(upper):
             continue
         parts = upper.removeprefix(prefix).split(delimiter)
-        if all(parts) and (found := _unplaced(parts, model)) is None:
+        found = _unplaced(parts, model) if all(parts) else ([], model)  # an empty part names nothing
+        if found is None:
             continue
-        placed, under = found if all(parts) else ([], model)
+        placed, under = found
         head = (prefix + delimiter.join(placed) + delimiter) if placed else prefix
         candidates = [head + delimiter.join(p.upper() for p in path) for path in _setting_names(under)]
         if not placed:

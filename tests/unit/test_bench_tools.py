@@ -435,6 +435,27 @@ def test_references_run_on_postgresql(clean):
     assert not bare["ran_dry"] and bare["latency_ms"]["p50"] > 0
 
 
+def test_a_runs_dead_tuples_and_autovacuum_are_recorded(clean):
+    if clean.backend != "postgresql":
+        pytest.skip("pg_stat_user_tables is PostgreSQL's")
+    _seed(clean, jobs=40)
+    url = references.libpq_url(clean.url)
+    with run_env.watched_tables(url) as first:
+        run_env.query(url, "DELETE FROM tq_jobs WHERE job_id IN (SELECT job_id FROM tq_jobs LIMIT 10) RETURNING job_id")
+    with run_env.watched_tables(url) as second:
+        pass
+    setting = run_env.setting(url, "autovacuum")
+    assert first["setting"] == first["setting_at_end"] == setting
+    # each connection of run_env.query hands its statistics over as it closes (unless autovacuum came by)
+    tq_jobs = first["tables"]["tq_jobs"]
+    assert tq_jobs["dead_at_end"] - tq_jobs["dead_at_start"] == 10 or tq_jobs["autovacuum_runs"] > 0
+    assert second["tables"]["tq_jobs"]["dead_at_start"] == first["tables"]["tq_jobs"]["dead_at_end"]
+    assert set(first["tables"]) == set(run_env.HOT_TABLES)
+    summary = run_env.vacuum_summary({"runs": [{"vacuum": first}, {"vacuum": second}], "best": {"vacuum": first}})
+    assert summary["runs"] == 2 and summary["settings"] == [setting]  # a run quoted twice counts once
+    assert summary["dead_at_start_max"]["tq_jobs"] == second["tables"]["tq_jobs"]["dead_at_start"]
+
+
 def _lean_claim_module():
     pytest.importorskip("psycopg_pool")  # the bench extra
     spec = importlib.util.spec_from_file_location("lean_claim", run_env.LeanServer.script)
