@@ -6,7 +6,8 @@
 
 Each section recreates the database `fairmatch_bench` and loads what it
 needs, so sections are independent; one that fails is reported and the next
-one runs. Results: bench/results/<UTC timestamp>.json, the figures and
+one runs. Autovacuum runs throughout, as on a site: a server that has it off
+gets it on for the run and its own setting back however the run ends. Results: bench/results/<UTC timestamp>.json, the figures and
 server logs (and with --profile the flame graphs) in bench/results/<timestamp>/,
 and Markdown tables on stdout. Progress lines go to stderr.
 """
