@@ -267,6 +267,7 @@ def test_failover_to_the_synchronous_standby(patroni, database, server):
     assert slowest < REQUEST_BOUND_SECONDS, slowest
     # the outage was seen (as 503s), and the service recovered without a restart
     assert timings["503s"] > 0, timings
+    assert timings["kill_to_promotion_s"] < LEASE_SECONDS, timings  # so the silent pilot's lease lapses after it
     assert timings["first_match_after_promotion_s"] < RECOVERY_SECONDS, timings
     assert server.process.pid == server_pid and server.process.poll() is None
 
