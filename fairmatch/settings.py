@@ -94,7 +94,9 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         DEFAULT_DATABASE_URL,
-        description="SQLAlchemy URL; `postgresql://…` and `sqlite:///…` are accepted and given their async drivers.",
+        description="SQLAlchemy URL; `postgresql://…` and `sqlite:///…` are accepted and given their async drivers. "
+        "Several PostgreSQL hosts, tried in order: `?host=h1:5432&host=h2:5432` or libpq's `h1:5432,h2:5432`, "
+        "with `target_session_attrs=read-write` to reach the primary.",
     )
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)

@@ -25,7 +25,7 @@ moves by moving its file):
   connection (test_hostile_input), tokens next to `fairmatch serve`'s refusal
   to listen without them (test_auth).
 - tests/fault/: real servers against a PostgreSQL cluster of their own that
-  the tests stop and restart.
+  the tests stop and restart, or a Patroni pair whose primary they kill.
 """
 
 from __future__ import annotations

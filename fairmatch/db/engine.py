@@ -32,9 +32,29 @@ POSTGRESQL_CONNECT_ARGS = {
 }
 
 
+def parse_url(url: str) -> URL:
+    """SQLAlchemy's URL of `url`, which may also be in libpq's multi-host form.
+
+    A URL naming several PostgreSQL servers (a primary and its standbys) is
+    written `postgresql://user@/db?host=h1:p1&host=h2:p2` for SQLAlchemy and
+    `postgresql://user@h1:p1,h2:p2/db` for libpq and psycopg; SQLAlchemy
+    cannot read the second, so it is rewritten into the first. psycopg then
+    tries the hosts in order (with `target_session_attrs=read-write`, until
+    one accepts writes).
+    """
+    scheme, separator, rest = url.partition("://")
+    authority, _, tail = rest.partition("/")
+    credentials, at, hosts = authority.rpartition("@")
+    if separator and scheme.startswith("postgres") and "," in hosts:
+        dbname, _, query = tail.partition("?")
+        host_query = "&".join(f"host={host}" for host in hosts.split(",") if host)
+        url = f"{scheme}://{credentials}{at}/{dbname}?{host_query}" + (f"&{query}" if query else "")
+    return make_url(url)
+
+
 def normalise_url(url: str) -> URL:
     """Give bare `postgresql://` and `sqlite://` URLs their async drivers."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     driver = parsed.drivername
     if driver in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+asyncpg"):
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -48,8 +68,8 @@ def normalise_url(url: str) -> URL:
 def redacted_url(url: str) -> str:
     """The URL as it may be shown: its password replaced by ***."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+        return parse_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         return "<unparsable URL>"
 
 

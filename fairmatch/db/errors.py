@@ -8,8 +8,11 @@ answers every domain error:
 
 - `DatabaseUnavailable` (503, Retry-After): refused and dropped connections,
   a connection the server closed, any error the driver saw as a disconnect,
-  an exhausted pool. A lost COMMIT lands here too: its outcome is unknown,
-  and a retry with the same request id settles it.
+  an exhausted pool, and a write refused as read-only (SQLSTATE 25006: a
+  standby, or a primary demoted under a connection opened before the
+  failover; the next connection finds the new primary). A lost COMMIT lands
+  here too: its outcome is unknown, and a retry with the same request id
+  settles it.
 - `ConstraintViolation`, and `UniqueViolation` for a unique key already taken.
 - `ValueRefused` (422): a value the column type cannot hold.
 - `DatabaseError`, their base, for any other driver error: a defect, answered
@@ -32,6 +35,9 @@ from fairmatch.errors import (
     ValueRefused,
 )
 
+# PostgreSQL's read_only_sql_transaction: what a standby answers a write
+READ_ONLY_TRANSACTION = "25006"
+
 
 def translated(exc: BaseException) -> DatabaseError | None:
     """fairmatch's error for a SQLAlchemy error; None for an error that is not the database's."""
@@ -41,12 +47,19 @@ def translated(exc: BaseException) -> DatabaseError | None:
         return None
     if isinstance(exc, (OperationalError, InterfaceError)) or exc.connection_invalidated:
         return DatabaseUnavailable(_first_line(exc))
+    if refused_as_read_only(exc.orig):
+        return DatabaseUnavailable(_first_line(exc))
     if isinstance(exc, IntegrityError):
         unique = _is_unique_violation(exc)
         return (UniqueViolation if unique else ConstraintViolation)(_first_line(exc))
     if isinstance(exc, DataError):
         return ValueRefused(_first_line(exc))
     return DatabaseError(_first_line(exc))
+
+
+def refused_as_read_only(driver_error: BaseException | None) -> bool:
+    """The server took the write for a read-only transaction's: it is no (longer a) primary."""
+    return getattr(driver_error, "sqlstate", None) == READ_ONLY_TRANSACTION
 
 
 def _is_unique_violation(exc: IntegrityError) -> bool:
@@ -70,6 +83,10 @@ def install(engine: AsyncEngine) -> None:
         raised = context.sqlalchemy_exception
         if raised is None:
             return None
+        if refused_as_read_only(context.original_exception):
+            # a connection to a standby stays one: SQLAlchemy drops it (and the pool's older
+            # connections, opened before the failover) so that the next connects to the primary
+            context.is_disconnect = True
         error = DatabaseUnavailable(_first_line(raised)) if context.is_disconnect else translated(raised)
         if error is not None:
             error.__cause__ = raised

@@ -5,8 +5,8 @@ around it (compiling, result proxies, its async adapter's greenlet hop) would
 cost the service as much CPU as the database spends on it. These run on the
 psycopg connection underneath a checked-out `AsyncConnection`, in autocommit
 mode (one statement is its own transaction: no BEGIN and COMMIT round trips).
-Driver errors become fairmatch's as the engine's do, and a broken connection is
-dropped from the pool.
+Driver errors become fairmatch's as the engine's do, and a broken connection (or
+one to a server that refuses writes) is dropped from the pool.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.errors import translated
+from fairmatch.db.errors import refused_as_read_only, translated
 from fairmatch.errors import DatabaseError
 
 
@@ -43,7 +43,8 @@ async def autocommitted(conn: AsyncConnection) -> AsyncIterator[psycopg.AsyncCon
             if not raw.closed:
                 await raw.set_autocommit(False)
     except psycopg.Error as exc:
-        broken = raw.broken or raw.closed
+        # a standby's connection (read-only) is as useless to a claim as a broken one
+        broken = raw.broken or raw.closed or refused_as_read_only(exc)
         if broken:
             await conn.invalidate()
         wrapped = DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import (
     DBAPIError,
     IntegrityError,
     InterfaceError,
+    InternalError,
     OperationalError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -35,6 +36,10 @@ OUTAGES = {
     "closed": _wrapped(InterfaceError, psycopg.InterfaceError("the connection is closed")),
     "invalidated": _wrapped(DBAPIError, psycopg.Error("server closed the connection"), connection_invalidated=True),
     "pool": PoolTimeout("QueuePool limit of size 10 overflow 10 reached"),
+    # a standby (or a demoted primary) refusing a write, as psycopg and SQLAlchemy raise it
+    "read-only": _wrapped(
+        InternalError, psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction")
+    ),
 }
 BUGS = {
     "integrity": _wrapped(IntegrityError, psycopg.IntegrityError("duplicate key")),
