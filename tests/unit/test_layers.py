@@ -3,7 +3,8 @@
     base      errors, clock, fields, logs, metrics, metrics_dir, sections
     domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure;
               each package's settings section is its own `settings` module)
-    config    settings: the composition root that puts the sections together
+    config    settings: the composition root that puts the sections together;
+              settings_env: which FAIRMATCH_ variables it reads
     db        the schema and one data-access class per area (the only SQL)
     services  the use cases: transactions, several areas together, background loops;
               simulation (the service's decisions on a simulated clock)
@@ -29,7 +30,7 @@ APP = Path(__file__).resolve().parents[2] / "fairmatch"
 LAYERS = {
     "base": {"errors", "clock", "fields", "logs", "metrics", "metrics_dir", "sections"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
-    "config": {"settings"},
+    "config": {"settings", "settings_env"},
     "db": {"db", "migrations"},
     "services": {"services", "simulation"},
     "interfaces": {"api", "cli"},
