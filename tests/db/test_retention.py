@@ -6,17 +6,20 @@ runs at now + the retention settings' days, so nothing waits.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import random
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg
 import pytest
 from sqlalchemy import func, select
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.retention import PURGE_LOCK
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, pilots, usage_charges, usage_totals
 from fairmatch.errors import ArchiveUnavailable
 from fairmatch.jobs.models import StatusUpdate
@@ -242,3 +245,36 @@ async def test_a_purge_changes_no_priority_and_no_usage(world_of):
     after = priorities_of(await world.recompute())
     bob = next(tq for tq in (await world.task_queues()) if tq["owner"] == "bob")["task_queue_id"]
     assert after[bob] < before[bob]  # bob's new usage lowers his priority
+
+
+@pytest.mark.parametrize("template", ["postgresql"], indirect=True)
+async def test_rows_a_report_or_a_claim_holds_are_skipped_without_waiting(world_of, cloned):
+    """A status report locks its job's row, a claim its pilot's: the purge leaves both for its
+    next run instead of waiting for them."""
+    world = await world_of(retention={"request_ids_hours": 1})
+    held = await finished(world, "Done", PilotReference="held")
+    free = await finished(world, "Done", PilotReference="free")
+    with psycopg.connect(cloned.url) as other:  # one transaction, open until the block ends
+        other.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", [held])
+        other.execute("UPDATE pilots SET matches = matches WHERE reference = 'held'")
+        run = await asyncio.wait_for(purge(world, days_ahead(30)), timeout=10)
+        assert (run["jobs"]["Done"], run["pilots"]) == (1, 1)
+        assert await job_ids(world) == {held}
+        assert free not in await job_ids(world)
+    run = await purge(world, days_ahead(30))
+    assert (run["jobs"]["Done"], run["pilots"]) == (1, 1)
+    assert await job_ids(world) == set()
+
+
+@pytest.mark.parametrize("template", ["postgresql"], indirect=True)
+async def test_one_purge_at_a_time(world_of, cloned):
+    world = await world_of()
+    await finished(world, "Done")
+    with psycopg.connect(cloned.url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [PURGE_LOCK])  # another replica's purge
+        assert await retention.purge(world.conn, world.settings, days_ahead(30), runner="test") is None
+        assert len(await job_ids(world)) == 1
+    assert (await purge(world, days_ahead(30)))["jobs"]["Done"] == 1
+    # the lock went with the purge: taken and released on the purge's own session
+    with psycopg.connect(cloned.url, autocommit=True) as other:
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", [PURGE_LOCK]).fetchone() == (True,)
