@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, tuple_
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select, tuple_, update
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, pilots, purge_runs
 
-# session-level advisory lock: one purge at a time across replicas, held across its batches
+# transaction-scoped advisory lock: two replicas never both record a run as started
 PURGE_LOCK = 7_100_004
 
 
@@ -112,17 +112,41 @@ class RetentionDB(AreaDB):
 
     # --- the runs ------------------------------------------------------------------------------
 
-    async def record_run(self, run: dict[str, Any]) -> int:
-        """Store one run (purge_runs columns); its id."""
-        return (await self.conn.execute(insert(purge_runs).values(**run).returning(purge_runs.c.id))).scalar_one()
+    async def start_run(self, runner: str, started_at: datetime, *, running_since: datetime | None,
+                        finished_since: datetime | None) -> int | None:  # fmt: skip
+        """Record a run as started, unless another is: a run started at or after `running_since`
+        and not finished, or one finished at or after `finished_since` (None: not looked for).
+        Its id, or None. The transaction-scoped lock makes the check and the insert one step
+        across replicas."""
+        pr = purge_runs
+        conditions: list[ColumnElement[bool]] = []
+        if running_since is not None:
+            conditions.append(pr.c.finished_at.is_(None) & (pr.c.started_at >= running_since))
+        if finished_since is not None:
+            conditions.append(pr.c.finished_at >= finished_since)
+        if not conditions:
+            await self.leader_lock(PURGE_LOCK)
+        elif not await self.try_leader_lock(PURGE_LOCK):
+            return None
+        if conditions and (await self.conn.execute(select(pr.c.id).where(or_(*conditions)).limit(1))).first():
+            return None
+        run = {"runner": runner, "started_at": started_at, "jobs": {}, "events": 0, "request_ids": 0, "pilots": 0,
+               "archived": 0}  # fmt: skip
+        return (await self.conn.execute(insert(pr).values(**run).returning(pr.c.id))).scalar_one()
+
+    async def finish_run(self, run_id: int, outcome: dict[str, Any]) -> None:
+        """Record what the run did (purge_runs columns, finished_at among them)."""
+        await self.conn.execute(update(purge_runs).where(purge_runs.c.id == run_id).values(**outcome))
 
     async def prune_runs(self, newest_id: int, keep: int) -> None:
         """Delete all runs but the `keep` up to `newest_id`."""
         await self.conn.execute(delete(purge_runs).where(purge_runs.c.id <= newest_id - keep))
 
     async def last_run(self) -> dict[str, Any] | None:
-        """The latest run: who ran it, when, what it deleted and archived, and its error."""
-        row = (await self.conn.execute(select(purge_runs).order_by(purge_runs.c.id.desc()).limit(1))).first()
+        """The latest finished run: who ran it, when, what it deleted and archived, and its error."""
+        pr = purge_runs
+        stmt = select(pr).where(pr.c.finished_at.isnot(None)).order_by(pr.c.id.desc()).limit(1)
+        row = (await self.conn.execute(stmt)).first()
         if row is None:
             return None
         return {
@@ -142,29 +166,10 @@ class RetentionDB(AreaDB):
         stmt = select(func.max(purge_runs.c.events_before))
         return as_utc((await self.conn.execute(stmt)).scalar())
 
-    # --- one purge at a time -------------------------------------------------------------------
-
-    async def try_purge_lock(self) -> bool:
-        """Take the purge lock for this connection's session, if free."""
-        raise NotImplementedError
-
-    async def release_purge_lock(self) -> None:
-        raise NotImplementedError
-
 
 class PostgresRetentionDB(PostgresStatements, RetentionDB, dialect="postgresql"):
-    async def try_purge_lock(self) -> bool:
-        return bool((await self.conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": PURGE_LOCK})).scalar())
-
-    async def release_purge_lock(self) -> None:
-        await self.conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PURGE_LOCK})
+    pass
 
 
 class SQLiteRetentionDB(SQLiteStatements, RetentionDB, dialect="sqlite"):
-    """One process serves a SQLite file: nothing to lock."""
-
-    async def try_purge_lock(self) -> bool:
-        return True
-
-    async def release_purge_lock(self) -> None:
-        return None
+    pass

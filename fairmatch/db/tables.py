@@ -268,14 +268,16 @@ priority_runs = Table(
 )
 
 # One row per purge run (the retention settings): who ran it, when, what it deleted and
-# archived, and why it stopped early (error) - the source of GET /status's last_purge.
+# archived, and why it stopped early (error) - the source of GET /status's last_purge. A
+# run's row is written when it starts (finished_at NULL while it runs): the other replicas
+# see it and skip their turn.
 purge_runs = Table(
     "purge_runs",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("runner", String(NAME), nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
     Column("jobs", JSON, nullable=False),  # {status: jobs deleted}
     Column("events", Integer, nullable=False),
     Column("request_ids", Integer, nullable=False),

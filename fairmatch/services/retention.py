@@ -2,8 +2,10 @@
 
 Every batch is its own short transaction (fairmatch.db.retention), so claims and
 status reports never wait behind a purge. The background purge runs in one
-process at a time: it holds a session-level advisory lock on its own
-connection across its batches (PostgreSQL; SQLite is served by one process).
+process at a time: a run records itself as started before its first batch, and
+a replica that finds a run in progress (or, on schedule, one finished less than
+half an interval ago) skips its turn. Only transaction-scoped locks: a PgBouncer
+in transaction mode keeps the guarantee.
 With `retention.archive_dir` each batch's jobs are appended to the archive
 and synced before the batch's delete commits; an archive that cannot be
 written stops the purge before it deletes another job.
@@ -16,7 +18,6 @@ final jobs (never Waiting, Matched, Running or Stalled) are deleted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.retention import RetentionDB
-from fairmatch.errors import ArchiveUnavailable, DatabaseError
+from fairmatch.errors import ArchiveUnavailable
 from fairmatch.jobs import archive
 from fairmatch.jobs.lifecycle import FINAL
 from fairmatch.metrics import JOBS_PURGED
@@ -36,35 +37,32 @@ from fairmatch.settings import RetentionSettings, Settings
 log = logging.getLogger("fairmatch.retention")
 
 KEEP_RUNS = 100  # the purge runs kept for GET /status and for operators
-FINAL_STATUSES = sorted(FINAL)
+FINAL_STATUSES = sorted(status.value for status in FINAL)
 # the events purge starts again this far before where the last one stopped: a job that
 # finished just before that cutoff may have committed just after the last run read
 EVENTS_RESCAN = timedelta(hours=1)
+
+
+# a run not finished this long after it started died with its process: another may purge
+STALE_RUN = timedelta(hours=1)
 
 
 def _days(days: float) -> timedelta:
     return timedelta(days=days)
 
 
-async def purge(conn: AsyncConnection, settings: Settings, now: datetime, *, runner: str) -> dict[str, Any] | None:
-    """One background purge as the retention settings say, recorded; None when another
-    process is purging."""
-    db = RetentionDB.of(conn)
-    async with conn.begin():
-        if not await db.try_purge_lock():
-            return None
-    try:
-        return await _purge_everything(conn, settings.retention, now, runner)
-    finally:
-        with contextlib.suppress(DatabaseError):  # a connection lost took its session's lock with it
-            async with conn.begin():
-                await db.release_purge_lock()
-
-
-async def _purge_everything(
-    conn: AsyncConnection, retention: RetentionSettings, now: datetime, runner: str
-) -> dict[str, Any]:
+async def purge(
+    conn: AsyncConnection, settings: Settings, now: datetime, *, runner: str, scheduled: bool = True
+) -> dict[str, Any] | None:
+    """One purge as the retention settings say, of what was due at `now`, recorded. None when
+    another process is purging or, for a scheduled run, purged less than half an interval ago
+    (so that N replicas purge about once an interval)."""
     started = utcnow()
+    recent = started - timedelta(seconds=settings.retention.interval_seconds / 2) if scheduled else None
+    run_id = await _start(conn, runner, started, running_since=started - STALE_RUN, finished_since=recent)
+    if run_id is None:
+        return None
+    retention = settings.retention
     jobs = dict.fromkeys(FINAL_STATUSES, 0)
     counts = {"events": 0, "request_ids": 0, "pilots": 0, "archived": 0}
     events_before, error = None, None
@@ -76,9 +74,9 @@ async def _purge_everything(
             events_before = now - _days(retention.events_days)
             counts["events"] = await _purge_events(conn, retention.batch_size, events_before)
         request_ids_before = now - timedelta(hours=retention.request_ids_hours)
-        counts["request_ids"] = await _in_batches(conn, lambda db: db.delete_request_ids(request_ids_before,
-                                                                                         retention.batch_size),
-                                                  retention.batch_size)  # fmt: skip
+        counts["request_ids"] = await _in_batches(
+            conn, lambda db: db.delete_request_ids(request_ids_before, retention.batch_size), retention.batch_size
+        )
         pilots_before = now - _days(retention.pilots_days)
         counts["pilots"] = await _in_batches(
             conn, lambda db: db.delete_pilots(pilots_before, retention.batch_size), retention.batch_size
@@ -86,17 +84,28 @@ async def _purge_everything(
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
         log.error("%s", error)
-    return await _record(conn, {"runner": runner, "started_at": started, "jobs": jobs, **counts,
-                                "events_before": events_before, "error": error})  # fmt: skip
+    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error}
+    return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}
 
 
-async def _record(conn: AsyncConnection, run: dict[str, Any]) -> dict[str, Any]:
-    run = {**run, "finished_at": utcnow()}
+async def _start(
+    conn: AsyncConnection, runner: str, started: datetime, *, running_since: datetime | None,
+    finished_since: datetime | None,
+) -> int | None:  # fmt: skip
+    async with conn.begin():
+        return await RetentionDB.of(conn).start_run(
+            runner, started, running_since=running_since, finished_since=finished_since
+        )
+
+
+async def _finish(conn: AsyncConnection, run_id: int, outcome: dict[str, Any]) -> dict[str, Any]:
+    """Record the run's outcome and forget the oldest runs; the outcome as shown."""
+    outcome = {**outcome, "finished_at": utcnow()}
     async with conn.begin():
         db = RetentionDB.of(conn)
-        run_id = await db.record_run(run)
+        await db.finish_run(run_id, outcome)
         await db.prune_runs(run_id, KEEP_RUNS)
-    return {k: v for k, v in run.items() if k != "events_before"}
+    return {k: v for k, v in outcome.items() if k != "events_before"}
 
 
 async def _purge_jobs(
@@ -170,7 +179,10 @@ async def purge_jobs(
             counted = {status: await db.count_finished(status, before) for status in chosen}
         return {"dry_run": True, "finished_before": before, "jobs": counted, "archived": 0}
     started = utcnow()
+    run_id = await _start(conn, runner, started, running_since=None, finished_since=None)
+    assert run_id is not None  # a one-off purge waits for the lock and always runs
     jobs, archived = dict.fromkeys(chosen, 0), 0
+    error = None
     try:
         for status in chosen:
             jobs[status], archived_now = await _purge_jobs(conn, retention, status, before)
@@ -178,11 +190,9 @@ async def purge_jobs(
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
         log.error("%s", error)
-        await _record(conn, {"runner": runner, "started_at": started, "jobs": jobs, "events": 0, "request_ids": 0,
-                             "pilots": 0, "archived": archived, "error": error})  # fmt: skip
-        raise ArchiveUnavailable(error, jobs=jobs) from exc
-    await _record(conn, {"runner": runner, "started_at": started, "jobs": jobs, "events": 0, "request_ids": 0,
-                         "pilots": 0, "archived": archived, "error": None})  # fmt: skip
+    await _finish(conn, run_id, {"jobs": jobs, "archived": archived, "error": error})
+    if error is not None:
+        raise ArchiveUnavailable(error, jobs=jobs)
     return {"dry_run": False, "finished_before": before, "jobs": jobs, "archived": archived}
 
 

@@ -2,7 +2,7 @@
 
 - ix_jobs_finished: finished jobs by status and finish time (only final jobs have one).
 - ix_match_requests_created_at: request ids past their replay time.
-- purge_runs: one row per purge run.
+- purge_runs: one row per purge run, written when it starts (finished_at NULL while it runs).
 
 Revision ID: 0016
 Revises: 0015
@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("runner", sa.String(NAME), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("jobs", sa.JSON(), nullable=False),
         sa.Column("events", sa.Integer(), nullable=False),
         sa.Column("request_ids", sa.Integer(), nullable=False),
