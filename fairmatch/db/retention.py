@@ -114,14 +114,16 @@ class RetentionDB(AreaDB):
 
     async def start_run(self, runner: str, started_at: datetime, *, running_since: datetime | None,
                         finished_since: datetime | None) -> int | None:  # fmt: skip
-        """Record a run as started, unless another is: a run started at or after `running_since`
-        and not finished, or one finished at or after `finished_since` (None: not looked for).
-        Its id, or None. The transaction-scoped lock makes the check and the insert one step
-        across replicas."""
+        """Record a run as started, unless another is: a run of another runner started at or
+        after `running_since` and not finished (one of this runner's own, which runs one purge
+        at a time, was cut short), or one finished at or after `finished_since` (None: not
+        looked for). Its id, or None. The transaction-scoped lock makes the check and the
+        insert one step across replicas."""
         pr = purge_runs
         conditions: list[ColumnElement[bool]] = []
         if running_since is not None:
-            conditions.append(pr.c.finished_at.is_(None) & (pr.c.started_at >= running_since))
+            unfinished = pr.c.finished_at.is_(None) & (pr.c.runner != runner)
+            conditions.append(unfinished & (pr.c.started_at >= running_since))
         if finished_since is not None:
             conditions.append(pr.c.finished_at >= finished_since)
         if not conditions:

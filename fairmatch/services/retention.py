@@ -18,6 +18,7 @@ final jobs (never Waiting, Matched, Running or Stalled) are deleted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -84,6 +85,10 @@ async def purge(
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
         log.error("%s", error)
+    except Exception as exc:  # an outage: recorded if the database lets it, then the loop logs it
+        with contextlib.suppress(Exception):
+            await _finish(conn, run_id, {"jobs": jobs, **counts, "error": f"purge failed: {exc}"})
+        raise
     outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error}
     return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}
 

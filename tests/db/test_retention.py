@@ -284,14 +284,19 @@ async def test_one_purge_at_a_time(world_of):
     async def scheduled() -> dict[str, Any] | None:
         return await retention.purge(world.conn, world.settings, days_ahead(30), runner="test")
 
-    for started, expected in [(utcnow() - timedelta(minutes=5), None), (utcnow() - timedelta(hours=2), 1)]:
+    cases = [
+        ("another replica", utcnow() - timedelta(minutes=5), False),  # still running
+        ("another replica", utcnow() - timedelta(hours=2), True),  # its process died
+        ("test", utcnow() - timedelta(minutes=5), True),  # this runner's own, cut short by an outage
+    ]
+    for runner, started, runs in cases:
         async with world.conn.begin():
             await world.conn.execute(purge_runs.delete())
             await world.conn.execute(purge_runs.insert().values(
-                runner="another replica", started_at=started, jobs={}, events=0, request_ids=0, pilots=0, archived=0,
+                runner=runner, started_at=started, jobs={}, events=0, request_ids=0, pilots=0, archived=0,
             ))  # fmt: skip
-        run = await scheduled()
-        assert (run and run["jobs"]["Done"]) == expected
+        assert (await scheduled() is not None) is runs, runner
+    assert await job_ids(world) == set()
     assert await scheduled() is None  # the run just finished
     assert (await summary(world.conn, 1))["last_purge"]["runner"] == "test"  # a finished one
     assert await purge(world, days_ahead(30)) is not None  # unscheduled: at once
