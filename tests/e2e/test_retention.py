@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from rich.console import Console
 
+from fairmatch.cli.jobs import purged_table
 from fairmatch.cli.status import status_screen
 from fairmatch.clock import utcnow
 from fairmatch.db.tables import jobs
@@ -127,6 +128,9 @@ def test_jobs_purge_counts_then_deletes_the_final_jobs_asked_for(private_server_
 
     purged = purge("--older-than", "90m", "--status", "Done", "--status", "Killed")
     assert (purged["dry_run"], purged["jobs"], purged["archived"]) == (False, {"Done": 2, "Killed": 1}, 0)
+    screen = io.StringIO()
+    Console(file=screen, width=120).print(purged_table(purged))
+    assert "Jobs deleted" in screen.getvalue() and "0 archived" in screen.getvalue()
     assert purge("--older-than", "0.05d")["jobs"] == {"Done": 0, "Failed": 1, "Killed": 0}
     with server.client() as client:
         assert [client.get(f"/jobs/{job_id}").status_code for job_id in [*done, failed, killed]] == [404] * 4
