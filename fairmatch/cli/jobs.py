@@ -264,9 +264,12 @@ class FinalStatus(StrEnum):
 def parse_duration(text: str) -> float:
     """`90m`, `12h`, `3d` (also `30s`, `1.5d`) in seconds."""
     found = DURATION.fullmatch(text.strip())
-    if found is None or float(found[1]) <= 0:
+    if found is None:
         raise typer.BadParameter(f"{text!r} is not a duration such as 90m, 12h or 3d")
-    return float(found[1]) * UNIT_SECONDS[found[2]]
+    seconds = float(found[1]) * UNIT_SECONDS[found[2]]
+    if seconds < 1:
+        raise typer.BadParameter(f"{text!r} is shorter than a second")
+    return seconds
 
 
 @app.command("purge")

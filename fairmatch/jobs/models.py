@@ -102,7 +102,7 @@ class PurgeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     older_than_seconds: float = Field(
-        gt=0, le=MAX_RETENTION_SECONDS, description="Purge the jobs that finished at least this long ago."
+        ge=1, le=MAX_RETENTION_SECONDS, description="Purge the jobs that finished at least this long ago (≥ 1 s)."
     )
     statuses: list[FinalStatus] = Field(
         ["Done", "Failed", "Killed"], min_length=1, max_length=3, description="The final statuses to purge."

@@ -147,7 +147,7 @@ def test_jobs_purge_counts_then_deletes_the_final_jobs_asked_for(private_server_
 @pytest.mark.parametrize(
     "body, where",
     [
-        ({"older_than_seconds": 0}, ["body", "older_than_seconds"]),
+        ({"older_than_seconds": 0.5}, ["body", "older_than_seconds"]),
         ({"older_than_seconds": 1e300}, ["body", "older_than_seconds"]),
         ({}, ["body", "older_than_seconds"]),
         ({"older_than_seconds": 60, "statuses": ["Waiting"]}, ["body", "statuses", 0]),
