@@ -195,12 +195,11 @@ async def purge_jobs(
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
         log.error("%s", error)
+    except Exception as exc:  # an outage: recorded if the database lets it, then answered 503
+        with contextlib.suppress(Exception):
+            await _finish(conn, run_id, {"jobs": jobs, "archived": archived, "error": f"purge failed: {exc}"})
+        raise
     await _finish(conn, run_id, {"jobs": jobs, "archived": archived, "error": error})
     if error is not None:
         raise ArchiveUnavailable(error, jobs=jobs)
     return {"dry_run": False, "finished_before": before, "jobs": jobs, "archived": archived}
-
-
-async def last_run(conn: AsyncConnection) -> dict[str, Any] | None:
-    async with read_transaction(conn):
-        return await RetentionDB.of(conn).last_run()
