@@ -222,3 +222,23 @@ def test_the_sections_stay_as_written(no_config):
         s.matching.prefer_longest_cpu = False
     with pytest.raises(ValidationError, match="frozen"):
         s.priority.policy = "rank"
+
+
+def test_retention_from_the_environment_and_its_bounds(no_config, monkeypatch):
+    monkeypatch.setenv("FAIRMATCH_RETENTION__DONE_DAYS", "0.001389")  # two minutes
+    monkeypatch.setenv("FAIRMATCH_RETENTION__ARCHIVE_DIR", "/var/lib/fairmatch/archive")
+    retention = Settings().retention
+    assert (retention.done_days, retention.days_of("Failed"), str(retention.archive_dir)) == (
+        0.001389, 14, "/var/lib/fairmatch/archive",
+    )  # fmt: skip
+    for name, value in [("BATCH_SIZE", "0"), ("FAILED_DAYS", "0"), ("REQUEST_IDS_HOURS", "-1"), ("PILOTS_DAYS", "1e9")]:
+        monkeypatch.setenv(f"FAIRMATCH_RETENTION__{name}", value)
+        with pytest.raises(ValidationError, match=name.lower()):
+            Settings()
+        monkeypatch.delenv(f"FAIRMATCH_RETENTION__{name}")
+
+
+def test_events_kept_as_long_as_their_jobs_are_refused_by_name(no_config):
+    assert Settings(retention={"events_days": 1, "done_days": 2}).retention.events_days == 1
+    with pytest.raises(ValidationError, match=re.escape("retention.events_days = 7 is not shorter than the 2 days")):
+        Settings(retention={"events_days": 7, "killed_days": 2})

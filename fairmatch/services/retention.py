@@ -1,0 +1,205 @@
+"""The purge: finished jobs, their events, request ids and pilots past the retention settings.
+
+Every batch is its own short transaction (fairmatch.db.retention), so claims and
+status reports never wait behind a purge. The background purge runs in one
+process at a time: a run records itself as started before its first batch, and
+a replica that finds a run in progress (or, on schedule, one finished less than
+half an interval ago) skips its turn. Only transaction-scoped locks: a PgBouncer
+in transaction mode keeps the guarantee.
+With `retention.archive_dir` each batch's jobs are appended to the archive
+and synced before the batch's delete commits; an archive that cannot be
+written stops the purge before it deletes another job.
+
+Nothing the priority policies read goes: usage charges and totals carry no
+reference to a job's row, the running-job history counts samples, and only
+final jobs (never Waiting, Matched, Running or Stalled) are deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fairmatch.clock import utcnow
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.retention import RetentionDB
+from fairmatch.errors import ArchiveUnavailable
+from fairmatch.jobs import archive
+from fairmatch.jobs.lifecycle import FINAL
+from fairmatch.metrics import JOBS_PURGED
+from fairmatch.settings import RetentionSettings, Settings
+
+log = logging.getLogger("fairmatch.retention")
+
+KEEP_RUNS = 100  # the purge runs kept for GET /status and for operators
+FINAL_STATUSES = sorted(status.value for status in FINAL)
+# the events purge starts again this far before where the last one stopped: a job that
+# finished just before that cutoff may have committed just after the last run read
+EVENTS_RESCAN = timedelta(hours=1)
+
+
+# a run not finished this long after it started died with its process: another may purge
+STALE_RUN = timedelta(hours=1)
+
+
+def _days(days: float) -> timedelta:
+    return timedelta(days=days)
+
+
+async def purge(
+    conn: AsyncConnection, settings: Settings, now: datetime, *, runner: str, scheduled: bool = True
+) -> dict[str, Any] | None:
+    """One purge as the retention settings say, of what was due at `now`, recorded. None when
+    another process is purging or, for a scheduled run, purged less than half an interval ago
+    (so that N replicas purge about once an interval)."""
+    started = utcnow()
+    recent = started - timedelta(seconds=settings.retention.interval_seconds / 2) if scheduled else None
+    run_id = await _start(conn, runner, started, running_since=started - STALE_RUN, finished_since=recent)
+    if run_id is None:
+        return None
+    retention = settings.retention
+    jobs = dict.fromkeys(FINAL_STATUSES, 0)
+    counts = {"events": 0, "request_ids": 0, "pilots": 0, "archived": 0}
+    events_before, error = None, None
+    try:
+        for status in FINAL_STATUSES:
+            jobs[status], archived = await _purge_jobs(conn, retention, status, now - _days(retention.days_of(status)))
+            counts["archived"] += archived
+        if retention.events_days is not None:
+            events_before = now - _days(retention.events_days)
+            counts["events"] = await _purge_events(conn, retention.batch_size, events_before)
+        request_ids_before = now - timedelta(hours=retention.request_ids_hours)
+        counts["request_ids"] = await _in_batches(
+            conn, lambda db: db.delete_request_ids(request_ids_before, retention.batch_size), retention.batch_size
+        )
+        pilots_before = now - _days(retention.pilots_days)
+        counts["pilots"] = await _in_batches(
+            conn, lambda db: db.delete_pilots(pilots_before, retention.batch_size), retention.batch_size
+        )
+    except archive.ArchiveError as exc:
+        error = f"purge stopped, nothing more deleted: {exc}"
+        log.error("%s", error)
+    except Exception as exc:  # an outage: recorded if the database lets it, then the loop logs it
+        with contextlib.suppress(Exception):
+            await _finish(conn, run_id, {"jobs": jobs, **counts, "error": f"purge failed: {exc}"})
+        raise
+    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error}
+    return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}
+
+
+async def _start(
+    conn: AsyncConnection, runner: str, started: datetime, *, running_since: datetime | None,
+    finished_since: datetime | None,
+) -> int | None:  # fmt: skip
+    async with conn.begin():
+        return await RetentionDB.of(conn).start_run(
+            runner, started, running_since=running_since, finished_since=finished_since
+        )
+
+
+async def _finish(conn: AsyncConnection, run_id: int, outcome: dict[str, Any]) -> dict[str, Any]:
+    """Record the run's outcome and forget the oldest runs; the outcome as shown."""
+    outcome = {**outcome, "finished_at": utcnow()}
+    async with conn.begin():
+        db = RetentionDB.of(conn)
+        await db.finish_run(run_id, outcome)
+        await db.prune_runs(run_id, KEEP_RUNS)
+    return {k: v for k, v in outcome.items() if k != "events_before"}
+
+
+async def _purge_jobs(
+    conn: AsyncConnection, retention: RetentionSettings, status: str, before: datetime
+) -> tuple[int, int]:
+    """Delete the jobs in `status` finished before `before`, archived first when set:
+    (deleted, archived)."""
+    deleted = archived = 0
+    directory = retention.archive_dir
+    while True:
+        async with conn.begin():
+            db = RetentionDB.of(conn)
+            ids = await db.finished_jobs(status, before, retention.batch_size)
+            if ids and directory is not None:
+                records = await db.archive_records(ids)
+                archived += await asyncio.to_thread(archive.append, directory, _lines(records))
+            gone = await db.delete_jobs(ids) if ids else 0
+        deleted += gone
+        JOBS_PURGED.labels(status=status).inc(gone)
+        if len(ids) < retention.batch_size:
+            return deleted, archived
+
+
+def _lines(records: Iterable[dict[str, Any]]) -> list[tuple[datetime, bytes]]:
+    return [(r["job"]["finished_at"], archive.line(r["job"], r["requirements"], r["payload"], r["events"]))
+            for r in records]  # fmt: skip
+
+
+async def _purge_events(conn: AsyncConnection, batch_size: int, before: datetime) -> int:
+    """Delete the events of the jobs finished before `before`, from where the last run stopped."""
+    async with read_transaction(conn):
+        last = await RetentionDB.of(conn).events_purged_before()
+    deleted = 0
+    for status in FINAL_STATUSES:
+        after = None if last is None else (last - EVENTS_RESCAN, 0)
+        while True:
+            async with conn.begin():
+                db = RetentionDB.of(conn)
+                found = await db.finished_after(status, after, before, batch_size)
+                if found:
+                    deleted += await db.delete_events([job_id for _, job_id in found])
+            if len(found) < batch_size:
+                break
+            after = found[-1]
+    return deleted
+
+
+async def _in_batches(conn: AsyncConnection, step: Any, batch_size: int) -> int:
+    """`step(db)` in its own transaction until it deletes fewer than a batch: the total."""
+    deleted = 0
+    while True:
+        async with conn.begin():
+            gone = await step(RetentionDB.of(conn))
+        deleted += gone
+        if gone < batch_size:
+            return deleted
+
+
+async def purge_jobs(
+    conn: AsyncConnection, settings: Settings, older_than: timedelta, statuses: Iterable[str], *,
+    dry_run: bool, runner: str,
+) -> dict[str, Any]:  # fmt: skip
+    """An admin's one-off purge of the jobs in `statuses` finished more than `older_than`
+    ago, in batches and archived as the background purge does; a dry run only counts them."""
+    retention = settings.retention
+    before = utcnow() - older_than
+    chosen = sorted(set(statuses))
+    if dry_run:
+        async with read_transaction(conn):
+            db = RetentionDB.of(conn)
+            counted = {status: await db.count_finished(status, before) for status in chosen}
+        return {"dry_run": True, "finished_before": before, "jobs": counted, "archived": 0}
+    started = utcnow()
+    run_id = await _start(conn, runner, started, running_since=None, finished_since=None)
+    assert run_id is not None  # a one-off purge waits for the lock and always runs
+    jobs, archived = dict.fromkeys(chosen, 0), 0
+    error = None
+    try:
+        for status in chosen:
+            jobs[status], archived_now = await _purge_jobs(conn, retention, status, before)
+            archived += archived_now
+    except archive.ArchiveError as exc:
+        error = f"purge stopped, nothing more deleted: {exc}"
+        log.error("%s", error)
+    except Exception as exc:  # an outage: recorded if the database lets it, then answered 503
+        with contextlib.suppress(Exception):
+            await _finish(conn, run_id, {"jobs": jobs, "archived": archived, "error": f"purge failed: {exc}"})
+        raise
+    await _finish(conn, run_id, {"jobs": jobs, "archived": archived, "error": error})
+    if error is not None:
+        raise ArchiveUnavailable(error, jobs=jobs)
+    return {"dry_run": False, "finished_before": before, "jobs": jobs, "archived": archived}
