@@ -20,7 +20,11 @@ The contract (every part optional; a figure whose data is missing is not drawn):
     }
 
 Writes throughput_vs_connections.png, latency_cdf.png and
-throughput_vs_waiting_jobs.png into `out_dir`.
+throughput_vs_waiting_jobs.png into `out_dir`. The soak section draws its own,
+soak_sizes.png (`soak_sizes`), from its samples and purge runs::
+
+    {"samples": [{"t_s": 10.0, "database_bytes": 9e6, "tables": {"jobs": {"bytes": 2e6}, ...}}, ...],
+     "purges": [{"t_s": 25.0, "started_at": 1.7e9, "finished_at": 1.7e9}, ...] or None}
 """
 
 from __future__ import annotations
@@ -127,6 +131,30 @@ def throughput_vs_waiting_jobs(scaling: list[dict], path: Path, diracx: list[dic
         right.legend(loc="lower right", fontsize=8)
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title("Throughput by queue size")
+    return _save(fig, path)
+
+
+def soak_sizes(soak: dict, path: Path, tables: int = 4) -> Path:
+    """The database's size and its `tables` largest tables' (with indexes) over
+    the soak, each purge run shaded from its start to its end."""
+    samples = soak["samples"]
+    minutes = [s["t_s"] / 60 for s in samples]
+    last = samples[-1]["tables"]
+    largest = sorted(last, key=lambda t: last[t]["bytes"], reverse=True)[:tables]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(minutes, [s["database_bytes"] / 2**20 for s in samples], color="black", linewidth=2, label="database")
+    for table in largest:
+        ax.plot(minutes, [s["tables"].get(table, {}).get("bytes", 0) / 2**20 for s in samples], label=table)
+    for i, run in enumerate(soak.get("purges") or []):
+        start = run["t_s"] / 60
+        end = start + max(run["finished_at"] - run["started_at"], 0) / 60
+        ax.axvspan(start, max(end, start + 0.02), color="tab:red", alpha=0.25, label="purge" if i == 0 else None)
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("MiB (tables with their indexes)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"Soak: sizes with a retention of {soak.get('retention_s', '?')} s")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
     return _save(fig, path)
 
 
