@@ -195,12 +195,16 @@ def _soak(results: dict) -> list[str]:
         return _n(None if v is None else v / 2**20, 1)
 
     size, lat, sub = s["size"], s["purge_latency"], s["submitted"]
+    if s["purges"] is None:
+        purged = "the server keeps no purge runs"
+    else:
+        purged = "deleted " + ", ".join(f"{_n(n)} {kind.replace('_', ' ')}" for kind, n in s["rows_purged"].items())
+        purged += "".join(f"; purge error: {e}" for e in sorted(set(s.get("purge_errors") or [])))
     lines = [f"#### Soak: {s['pilots']} pilots for {s['seconds']:,} s, {s['waiting_jobs']:,} jobs kept waiting,"
              f" retention {s['retention_s']} s, a purge every {s['purge_interval_s']} s", "",
              f"{_n(s['matches_per_s'])} matches/s, {_n(s['jobs_per_s'])} jobs/s (whole lives), {_n(sub['jobs_per_s'])}"
              f" submitted/s; errors {s['error_count']}{'; submitter: ' + sub['error'] if sub['error'] else ''}."
-             f" Purges: {_n(s['purge_count'])}, rows purged {_n(s['rows_purged'])}"
-             f"{' (the server keeps no purge runs)' if s['purges'] is None else ''}.", ""]  # fmt: skip
+             f" Purges: {_n(s['purge_count'])}; {purged}.", ""]  # fmt: skip
     per_minute = max(1, round(60 / s["sample_s"]))
     rows = []
     for sample in s["samples"][::per_minute] + ([] if len(s["samples"]) % per_minute == 1 else s["samples"][-1:]):

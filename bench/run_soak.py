@@ -43,11 +43,12 @@ DAY_S = 86_400
 
 def retention_settings(retention_s: float, interval_s: float) -> dict[str, str]:
     """FAIRMATCH_RETENTION__* for a retention of `retention_s` seconds on every
-    final status, the events, request ids and pilots, purged every `interval_s`."""
+    final status (a job's events go with it), request ids and pilots, purged
+    every `interval_s`."""
     days = repr(retention_s / DAY_S)
     return {
         "FAIRMATCH_RETENTION__ENABLED": "true",
-        **{f"FAIRMATCH_RETENTION__{name}_DAYS": days for name in ("DONE", "FAILED", "KILLED", "EVENTS", "PILOTS")},
+        **{f"FAIRMATCH_RETENTION__{name}_DAYS": days for name in ("DONE", "FAILED", "KILLED", "PILOTS")},
         "FAIRMATCH_RETENTION__REQUEST_IDS_HOURS": repr(retention_s / 3600),
         "FAIRMATCH_RETENTION__INTERVAL_SECONDS": repr(interval_s),
     }
@@ -95,9 +96,13 @@ def purge_runs(url: str) -> list[dict] | None:
     return [{k: v.timestamp() if hasattr(v, "timestamp") else v for k, v in row.items()} for row in rows]
 
 
-def rows_purged(run: dict) -> int:
-    """The rows a purge removed: its counts (the integer columns but its id) summed."""
-    return sum(v for k, v in run.items() if k != "id" and isinstance(v, int) and not isinstance(v, bool))
+def rows_purged(runs: Sequence[dict]) -> dict[str, int]:
+    """The rows the purges deleted, per kind: jobs (over their statuses), events
+    deleted ahead of their jobs, request ids, pilots; and the jobs archived."""
+    return {
+        "jobs": sum(sum((r.get("jobs") or {}).values()) for r in runs),
+        **{kind: sum(r.get(kind) or 0 for r in runs) for kind in ("events", "request_ids", "pilots", "archived")},
+    }
 
 
 # --- what the run gives
@@ -251,7 +256,8 @@ def soak_section(b: Bench) -> dict:
                         for t in SIZE_TABLES},
         "purges": runs,
         "purge_count": None if runs is None else len(runs),
-        "rows_purged": None if runs is None else sum(rows_purged(r) for r in runs),
+        "rows_purged": None if runs is None else rows_purged(runs),
+        "purge_errors": None if runs is None else [r["error"] for r in runs if r.get("error")],
         "purge_latency": purge_latency(times, runs),
         "autovacuum_runs": {t: {k: n - autovacuum_at_start.get(t, {}).get(k, 0) for k, n in counts.items()}
                             for t, counts in autovacuum_at_end.items()
@@ -273,4 +279,4 @@ def soak_summary(out: dict) -> str:
     p99 = "—" if lat["p99_ratio"] is None else f"{lat['p99_ratio']:.2f}"
     return (f"{out['matches_per_s']:,.0f} matches/s, {out['jobs_per_s']:,.0f} jobs/s; database size, last window"
             f" ÷ the one before: {ratio}; /match p99 during ÷ outside purges: {p99}; purges {out['purge_count']},"
-            f" rows purged {out['rows_purged']}; errors {out['error_count']}")  # fmt: skip
+            f" deleted {out['rows_purged']}; errors {out['error_count']}")  # fmt: skip

@@ -89,7 +89,8 @@ def test_each_sample_gets_the_matches_answered_since_the_one_before():
 def test_the_retention_is_given_to_the_server_in_days_and_hours():
     settings = run_soak.retention_settings(120, 25)
     assert float(settings["FAIRMATCH_RETENTION__DONE_DAYS"]) * 86_400 == pytest.approx(120)
-    assert float(settings["FAIRMATCH_RETENTION__PILOTS_DAYS"]) == float(settings["FAIRMATCH_RETENTION__EVENTS_DAYS"])
+    assert float(settings["FAIRMATCH_RETENTION__PILOTS_DAYS"]) == float(settings["FAIRMATCH_RETENTION__KILLED_DAYS"])
+    assert "FAIRMATCH_RETENTION__EVENTS_DAYS" not in settings  # a job's events go with it
     assert float(settings["FAIRMATCH_RETENTION__REQUEST_IDS_HOURS"]) * 3600 == pytest.approx(120)
     assert settings["FAIRMATCH_RETENTION__INTERVAL_SECONDS"] == "25" and settings["FAIRMATCH_RETENTION__ENABLED"]
 
@@ -118,6 +119,8 @@ def test_sizes_and_jobs_are_sampled_from_postgresql(clean, request):
 
 
 def _soak() -> dict:
+    purges = [{"t_s": 25.0, "started_at": 1025.0, "finished_at": 1026.5, "jobs": {"Done": 30, "Failed": 10},
+               "events": 0, "request_ids": 38, "pilots": 3, "archived": 0, "error": None}]  # fmt: skip
     samples = [{"t_s": t, "at": 1000.0 + t, "database_bytes": (50 + t / 10) * 2**20, "jobs": {"Waiting": 100, "Done": t},
                 "tables": {"jobs": {"bytes": 2**20, "dead": 5}, "job_events": {"bytes": 2**21, "dead": 0}},
                 "matches_per_s": 300.0, "match_p99_ms": 40.0}
@@ -127,8 +130,7 @@ def _soak() -> dict:
         "pilots": 16, "seconds": 120, "waiting_jobs": 100, "retention_s": 120, "purge_interval_s": 25, "sample_s": 10,
         "matches_per_s": 310.0, "jobs_per_s": 305.0, "error_count": 0,
         "submitted": {"jobs_per_s": 300.0, "error": None}, "samples": samples, "size": size,
-        "purges": [{"t_s": 25.0, "started_at": 1025.0, "finished_at": 1026.5, "jobs": 40}],
-        "purge_count": 1, "rows_purged": 40,
+        "purges": purges, "purge_count": 1, "purge_errors": [], "rows_purged": run_soak.rows_purged(purges),
         "purge_latency": {"during": {"count": 10, "p99_ms": 60.0}, "outside": {"count": 900, "p99_ms": 50.0},
                           "p99_ratio": 1.2, "holds": True},
         "autovacuum_runs": {"jobs": {"autovacuum": 2, "autoanalyze": 3}},
@@ -149,7 +151,9 @@ def test_the_report_gives_the_soak_and_its_targets():
     assert "| soak: /match p99 during purges ≤ 1.5× outside | 60.0 / 50.0 ms = 1.20× | yes |" in report
     assert "| 60 | 56.0 | 1.0 | — | 2.0 | — | 5 | 100 | 60 | 300 | 40.0 |" in report
     assert "| 120 | 62.0 |" in report and "| 10 | 51.0 |" not in report  # one row a minute, and the last
-    assert "Purges: 1, rows purged 40." in report and "jobs 2/3" in report
+    assert (
+        "Purges: 1; deleted 40 jobs, 0 events, 38 request ids, 3 pilots, 0 archived." in report and "jobs 2/3" in report
+    )
 
 
 def test_the_soak_figure_marks_the_purges(tmp_path):
