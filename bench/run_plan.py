@@ -38,6 +38,8 @@ class Plan:
     soak_seconds: int
     soak_window: int  # the size series' two windows compared at the soak's end
     soak_waiting: int  # the waiting pool the soak's submitter keeps
+    soak_retention: int  # seconds a finished job (its events, its pilot) is kept
+    soak_purge_interval: int  # seconds between two purges of each server process
     lifecycle_jobs: int = LIFECYCLE_JOBS  # capped by --max-jobs
     connections: tuple[int, ...] = (1, 8, 64)
     bare_clients: tuple[int, ...] = (16, 64)
@@ -48,8 +50,6 @@ class Plan:
     submit_clients: tuple[int, ...] = (1, 2)
     soak_pilots: int = 16  # concurrent pilots of the soak, each living whole lives
     soak_sample: int = 10  # seconds between two samples of the database's sizes
-    soak_retention: int = 120  # seconds a finished job (its events, its pilot) is kept
-    soak_purge_interval: int = 25  # seconds between two purges
     lifecycle_pilots: tuple[int, ...] = (8, 32, 64)  # concurrent pilots of the lifecycle runs
     pilots: int = 10_000
     seed: int = 0
@@ -82,6 +82,9 @@ class Plan:
             soak_seconds=soak_seconds or (120 if quick else 1200),
             soak_window=30 if quick else 300,
             soak_waiting=min(SOAK_JOBS, max_jobs),
+            # quick: short enough that the purges keep up within the first of its two minutes
+            soak_retention=30 if quick else 120,
+            soak_purge_interval=10 if quick else 25,
             lifecycle_jobs=min(QUICK_LIFECYCLE_JOBS if quick else LIFECYCLE_JOBS, max_jobs),
             profile=profile,
             record_pilots=record_pilots,

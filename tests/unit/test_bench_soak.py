@@ -98,6 +98,7 @@ def test_the_retention_is_given_to_the_server_in_days_and_hours():
 def test_the_plan_soaks_twenty_minutes_and_compares_five_minute_windows():
     full, quick = Plan.build(False, 2, None, 10_000_000, None), Plan.build(True, 2, None, 10_000_000, None)
     assert (full.soak_seconds, full.soak_window, full.soak_sample, full.soak_retention) == (1200, 300, 10, 120)
+    assert (full.soak_purge_interval, quick.soak_retention, quick.soak_purge_interval) == (25, 30, 10)
     assert (quick.soak_seconds, quick.soak_window) == (120, 30)
     assert Plan.build(False, 2, None, 5_000, 600).soak_waiting == 5_000
 
