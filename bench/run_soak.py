@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import httpx
+import psycopg
 
 from bench import run_env
 from bench.lifecycle_pilots import read_match_times, summary
@@ -66,7 +67,7 @@ WHERE c.relname = ANY(%s)
 def sample(url: str, api: str, client: httpx.Client) -> dict:
     """Sizes in bytes (the database, each table with its indexes and TOAST), live and
     dead tuples, autovacuum and autoanalyze runs so far, jobs per status, the last purge."""
-    with run_env.psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         database = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         tables = {name: {"bytes": size, "live": live, "dead": dead, "autovacuum": av, "autoanalyze": aa}
                   for name, size, live, dead, av, aa in conn.execute(SIZES, (list(SIZE_TABLES),))}  # fmt: skip
@@ -84,16 +85,32 @@ def autovacuum_runs(url: str) -> dict[str, dict[str, int]]:
     return {name: {"autovacuum": v, "autoanalyze": a} for name, v, a in rows}
 
 
-def purge_runs(url: str) -> list[dict] | None:
-    """Every purge the server recorded, oldest first (each row as the service wrote
-    it, its times as Unix seconds); None when the server has no such table."""
+def purge_runs(url: str, after: int = 0) -> list[dict] | None:
+    """The purges the server recorded after run id `after`, oldest first (each row
+    as the service wrote it, its times as Unix seconds); None when the server has
+    no such table. The server keeps only its latest runs: a soak reads them as it goes."""
     if run_env.query(url, "SELECT to_regclass(%s)", (PURGE_RUNS,))[0][0] is None:
         return None
-    with run_env.psycopg.connect(url, autocommit=True) as conn:
-        cursor = conn.execute(f"SELECT * FROM {PURGE_RUNS} ORDER BY started_at")
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(f"SELECT * FROM {PURGE_RUNS} WHERE id > %s ORDER BY id", (after,))
         names = [c.name for c in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     return [{k: v.timestamp() if hasattr(v, "timestamp") else v for k, v in row.items()} for row in rows]
+
+
+class PurgeLog:
+    """Every purge run read so far, by id."""
+
+    def __init__(self, url: str):
+        self.url, self.runs, self.kept = url, {}, True
+
+    def read(self) -> None:
+        found = purge_runs(self.url, max(self.runs, default=0))
+        self.kept = found is not None
+        self.runs.update((r["id"], r) for r in found or ())
+
+    def result(self) -> list[dict] | None:
+        return [self.runs[i] for i in sorted(self.runs)] if self.kept else None
 
 
 def rows_purged(runs: Sequence[dict]) -> dict[str, int]:
@@ -216,6 +233,7 @@ def soak_section(b: Bench) -> dict:
         generator = threading.Thread(target=generate, daemon=True)
         autovacuum_at_start = autovacuum_runs(b.url)
         samples: list[dict] = []
+        purges = PurgeLog(b.url)
         with httpx.Client(timeout=30) as client:
             generator.start()
             started.wait()
@@ -225,6 +243,7 @@ def soak_section(b: Bench) -> dict:
                 s = sample(b.url, server.api, client)
                 s["t_s"] = round(s["at"] - t0, 1)
                 samples.append(s)
+                purges.read()
                 size = ", ".join(f"{t} {s['tables'].get(t, {}).get('bytes', 0) / 2**20:.1f}"
                                  for t in ("jobs", "job_specs", "job_events"))  # fmt: skip
                 b.log(f"soak {s['t_s']:6.0f} s: database {s['database_bytes'] / 2**20:.1f} MiB ({size} MiB);"
@@ -235,7 +254,8 @@ def soak_section(b: Bench) -> dict:
             if failure:
                 raise failure[0]
             samples.append({**sample(b.url, server.api, client), "t_s": round(time.time() - t0, 1)})
-        runs = purge_runs(b.url)
+        purges.read()
+        runs = purges.result()
         autovacuum_at_end = autovacuum_runs(b.url)
         b.stop_server()
     times = read_match_times(times_file)
