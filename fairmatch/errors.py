@@ -106,3 +106,11 @@ class DuplicateRequest(FairmatchError):
     status = 409
     title = "Conflict"
     kind = "conflict"
+
+
+class ArchiveUnavailable(FairmatchError):
+    """Jobs to purge cannot be archived (retention.archive_dir unwritable): none is deleted."""
+
+    status = 503
+    title = "Archive unavailable"
+    kind = "archive-unavailable"

@@ -42,8 +42,9 @@ from fairmatch.settings import Settings, get_settings
 
 API_PREFIX = "/api/v1"
 # connections beyond database.pool_size for the process's background work (the task-queue
-# poll, watchdogs, the priority loop), which never waits behind requests
-BACKGROUND_CONNECTIONS = 4
+# poll, watchdogs, the priority loop, the purge, which holds one through its batches), which
+# never waits behind requests
+BACKGROUND_CONNECTIONS = 5
 
 log = logging.getLogger("fairmatch")
 

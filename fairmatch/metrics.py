@@ -55,6 +55,11 @@ RECOMPUTE_DURATION = Histogram(
     "Duration of a priority-loop run that recomputed every task queue.",
     buckets=RECOMPUTE_BUCKETS,
 )
+JOBS_PURGED = Counter(
+    "fairmatch_jobs_purged",
+    "Finished jobs deleted by the purge (background or one-off), by final status.",
+    ["status"],
+)
 HTTP_REQUESTS = Counter(
     "fairmatch_http_requests",
     "HTTP requests by method, route template and status code.",

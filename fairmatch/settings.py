@@ -46,7 +46,7 @@ class DatabaseSettings(Section):
         10,
         ge=1,
         le=1000,
-        description="PostgreSQL connections each server process gives requests (plus 4 for its "
+        description="PostgreSQL connections each server process gives requests (plus 5 for its "
         "background work). Requests beyond it wait for one, in arrival order (at most 10 s, then "
         "503): connections opened and closed per burst would cost the database more than the wait.",
     )
@@ -78,6 +78,58 @@ class ServerSettings(Section):
     )
 
 
+MAX_DAYS = 36500  # a century: anything beyond is a unit mistake
+
+
+class RetentionSettings(Section):
+    enabled: bool = Field(True, description="Purge in the background every `interval_seconds`.")
+    interval_seconds: float = Field(60, gt=0, description="How often the background purge runs.")
+    batch_size: int = Field(
+        1000,
+        ge=1,
+        description="Rows deleted per transaction: each batch is one short transaction, so that "
+        "a claim or a status report never waits long behind the purge.",
+    )
+    done_days: float = Field(7, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Done job is deleted.")
+    failed_days: float = Field(14, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Failed job is deleted.")
+    killed_days: float = Field(7, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Killed job is deleted.")
+    events_days: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DAYS,
+        description="Days after `finished_at` a finished job's events are deleted, the job staying "
+        "until its own time. Unset: the events go with the job. Must be shorter than the three above.",
+    )
+    request_ids_hours: float = Field(
+        24,
+        gt=0,
+        le=MAX_DAYS * 24,
+        description="Hours a pilot's `request_id` replays its match; after that the same id is a new request.",
+    )
+    pilots_days: float = Field(
+        14, gt=0, le=MAX_DAYS, description="Days after a pilot was last seen its record is deleted."
+    )
+    archive_dir: Path | None = Field(
+        None,
+        description="Directory every job is written to before it is deleted, as gzipped JSON Lines "
+        "per UTC day of `finished_at` (`jobs-YYYY-MM-DD.jsonl.gz`). Unset: jobs are deleted unarchived.",
+    )
+
+    @model_validator(mode="after")
+    def _events_go_before_their_jobs(self) -> RetentionSettings:
+        shortest = min(self.done_days, self.failed_days, self.killed_days)
+        if self.events_days is not None and self.events_days >= shortest:
+            raise ValueError(
+                f"retention.events_days = {self.events_days:g} is not shorter than the {shortest:g} days "
+                "a finished job is kept: unset it (events go with their job) or make it shorter"
+            )
+        return self
+
+    def days_of(self, status: str) -> float:
+        """How many days a job finished with `status` (Done, Failed, Killed) is kept."""
+        return {"Done": self.done_days, "Failed": self.failed_days, "Killed": self.killed_days}[status]
+
+
 POLICY_LOTTERY = {"dirac": Lottery.exact, "rank": Lottery.highest, "multifactor": Lottery.highest}
 
 
@@ -101,6 +153,7 @@ class Settings(BaseSettings):
     jobs: JobSettings = Field(default_factory=JobSettings)
     priority: PrioritySettings = Field(default_factory=PrioritySettings)
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
     )

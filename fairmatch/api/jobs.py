@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import timedelta
 from functools import partial
 from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from fairmatch.api.deps import AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
-from fairmatch.api.schemas import Job, JobPage, SubmitResponse
+from fairmatch.api.deps import Admin, AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
+from fairmatch.api.schemas import Job, JobPage, PurgeResult, SubmitResponse
 from fairmatch.auth import policy
 from fairmatch.clock import utcnow
 from fairmatch.errors import BadRequest, InvalidInput
@@ -19,9 +20,10 @@ from fairmatch.fields import MAX_NAME, NAME_PATTERN
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.lifecycle import JobStatus
-from fairmatch.jobs.models import StatusUpdate, SubmitRequest
+from fairmatch.jobs.models import PurgeRequest, StatusUpdate, SubmitRequest
 from fairmatch.metrics import SUBMITTED_JOBS
-from fairmatch.services import job_classes, jobs, reprioritise, submission
+from fairmatch.services import job_classes, jobs, reprioritise, retention, submission
+from fairmatch.services.background import runner_name
 from fairmatch.settings import Settings
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -64,6 +66,30 @@ async def submit_jobs(body: SubmitRequest, caller: Submitters, conn: Connection,
     queued = await submission.submit(conn, specs, settings)
     SUBMITTED_JOBS.inc(len(queued))
     return {"jobs": queued}
+
+
+@router.post(
+    "/purge",
+    response_model=PurgeResult,
+    responses={
+        503: {
+            "description": "The archive (retention.archive_dir) cannot be written: the purge stopped "
+            "before deleting the jobs it could not archive.",
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    },
+    summary="Purge finished jobs now (admin)",
+)
+async def purge_jobs(body: PurgeRequest, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
+    """Deletes the jobs in the given final statuses that finished more than
+    `older_than_seconds` ago, with their specs, events and request ids, in batches of
+    `retention.batch_size` (each its own transaction), archived first when
+    `retention.archive_dir` is set. A dry run counts them and deletes nothing.
+    Fair-share usage is kept: it never refers to a job's row."""
+    return await retention.purge_jobs(
+        conn, settings, timedelta(seconds=body.older_than_seconds), body.statuses, dry_run=body.dry_run,
+        runner=f"{caller.sub} via {runner_name()}",
+    )  # fmt: skip
 
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")

@@ -20,6 +20,13 @@ class SubmitResponse(BaseModel):
     jobs: list[SubmittedJob]
 
 
+class PurgeResult(BaseModel):
+    dry_run: bool
+    finished_before: datetime = Field(description="The jobs purged (or counted) finished before this.")
+    jobs: dict[str, int] = Field(description="Jobs deleted (a dry run: that would be) per final status.")
+    archived: int = Field(description="Jobs written to the archive (retention.archive_dir) before deletion.")
+
+
 class Job(BaseModel):
     job_id: int
     status: str

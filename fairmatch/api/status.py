@@ -52,6 +52,18 @@ class LastPriorityRun(BaseModel):
     task_queues: int
 
 
+class LastPurge(BaseModel):
+    runner: str = Field(description="The process that ran it (host:pid), or the admin of a one-off purge.")
+    started_at: datetime
+    finished_at: datetime
+    jobs: dict[str, int] = Field(description="Jobs deleted per final status.")
+    events: int = Field(description="Events of finished jobs deleted before their jobs (retention.events_days).")
+    request_ids: int = Field(description="Request ids deleted: they replay their match no more.")
+    pilots: int = Field(description="Pilot records deleted.")
+    archived: int = Field(description="Jobs written to the archive before they were deleted.")
+    error: str | None = Field(description="Why the purge stopped early (an unwritable archive); null when it did not.")
+
+
 class DatabaseWarning(BaseModel):
     setting: str = Field(description="The PostgreSQL setting, as `SHOW` names it.")
     value: str = Field(description="Its value for fairmatch's sessions.")
@@ -65,6 +77,7 @@ class Status(BaseModel):
     match_rate: list[MatchRate] = Field(description="The last minute and the last five minutes.")
     top_task_queues: list[BusyTaskQueue] = Field(description="Most waiting jobs first.")
     last_priority_run: LastPriorityRun | None = Field(description="null before the first run.")
+    last_purge: LastPurge | None = Field(description="The latest purge run; null before the first.")
     database_warnings: list[DatabaseWarning] = Field(
         description="PostgreSQL settings that break what fairmatch promises (autovacuum, fsync or "
         "synchronous_commit off); empty when there are none, and on SQLite."

@@ -1,7 +1,9 @@
-"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, kill and reprioritise jobs over the REST API."""
+"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, kill, reprioritise and purge jobs over
+the REST API."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -23,7 +25,7 @@ BATCH_SIZE = 10_000  # the server's largest POST /jobs
 PAGE_SIZE = 1000  # the largest page GET /jobs gives
 MAX_ID = 2**63 - 1
 
-app = typer.Typer(help="Submit, list, inspect, kill and reprioritise jobs.", no_args_is_help=True)
+app = typer.Typer(help="Submit, list, inspect, kill, reprioritise and purge jobs.", no_args_is_help=True)
 submit_app = typer.Typer()  # `fairmatch submit`: the same command as `fairmatch jobs submit`
 
 JobId = Annotated[int, typer.Argument(min=1, max=MAX_ID, metavar="ID", help="The job's id.", show_default=False)]
@@ -245,3 +247,66 @@ def report_status(
     body = {k: v for k, v in report.items() if v is not None}
     job = call_api(connect(url, token), "POST", f"/jobs/{job_id}/status", body)
     show_job(job, f"Job {job_id}")
+
+
+# --- purge ------------------------------------------------------------------
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class FinalStatus(StrEnum):
+    Done = "Done"
+    Failed = "Failed"
+    Killed = "Killed"
+
+
+def parse_duration(text: str) -> float:
+    """`90m`, `12h`, `3d` (also `30s`, `1.5d`) in seconds."""
+    found = DURATION.fullmatch(text.strip())
+    if found is None or float(found[1]) <= 0:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 90m, 12h or 3d")
+    return float(found[1]) * UNIT_SECONDS[found[2]]
+
+
+@app.command("purge")
+def purge(
+    older_than: Annotated[
+        float,
+        typer.Option(
+            parser=parse_duration,
+            metavar="DURATION",
+            show_default=False,
+            help="Purge jobs that finished at least this long ago: 90m, 12h, 3d.",
+        ),
+    ],
+    status: Annotated[
+        list[FinalStatus] | None,
+        typer.Option(
+            parser=enum_parser(FinalStatus),
+            metavar="STATUS",
+            help="Only jobs in this final status (repeatable; default Done, Failed and Killed).",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the jobs that would be purged.")] = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Delete finished jobs now, with their specs, events and request ids (admin).
+
+    In batches of retention.batch_size, archived first when retention.archive_dir is set,
+    as the background purge does. Fair-share usage is kept.
+    """
+    body: dict[str, Any] = {"older_than_seconds": older_than, "dry_run": dry_run}
+    if status:
+        body["statuses"] = sorted({s.value for s in status})
+    show(call_api(connect(url, token), "POST", "/jobs/purge", body), purged_table)
+
+
+def purged_table(document: dict) -> Table:
+    verb = "would be deleted" if document["dry_run"] else "deleted"
+    caption = f"finished before {timestamp(document['finished_before'])} UTC; {document['archived']} archived"
+    table = new_table(f"Jobs {verb}", "status", "jobs", caption=caption)
+    for name, count in sorted(document["jobs"].items()):
+        table.add_row(name, str(count))
+    return table

@@ -23,7 +23,7 @@ def status(
     token: TokenOption = None,
 ) -> None:
     """One screen for operators: jobs per group, match rate, busiest task queues, last priority run,
-    and first, when there are any, the database server's settings that break fairmatch's promises."""
+    last purge, and first, when there are any, the database server's settings that break fairmatch's promises."""
     show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
 
 
@@ -38,7 +38,8 @@ def status_screen(document: dict) -> Group:
     for tq in document["top_task_queues"]:
         queues.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], str(tq["priority_class"]),
                        f"{tq['priority']:.4g}", str(tq["jobs"]))  # fmt: skip
-    parts = [groups, rate, queues, last_run_table(document["last_priority_run"])]
+    parts = [groups, rate, queues, last_run_table(document["last_priority_run"]),
+             last_purge_table(document.get("last_purge"))]  # fmt: skip
     if document.get("database_warnings"):
         warnings = new_table("Database settings that break fairmatch's promises", "setting", "value", "cost")
         for warning in document["database_warnings"]:
@@ -54,6 +55,19 @@ def last_run_table(run: dict | None) -> Table:
     else:
         table.add_row(run["policy"], run["runner"], when(run["started_at"]), when(run["finished_at"]),
                       str(run["task_queues"]))  # fmt: skip
+    return table
+
+
+def last_purge_table(run: dict | None) -> Table:
+    table = new_table("Last purge", "runner", "finished", "jobs", "events", "request ids", "pilots", "archived")
+    if run is None:
+        table.caption = "none yet"
+        return table
+    jobs = ", ".join(f"{status} {count}" for status, count in sorted(run["jobs"].items()))
+    table.add_row(run["runner"], when(run["finished_at"]), jobs, str(run["events"]), str(run["request_ids"]),
+                  str(run["pilots"]), str(run["archived"]))  # fmt: skip
+    if run["error"]:
+        table.caption = f"error: {run['error']}"
     return table
 
 

@@ -101,6 +101,7 @@ def written_out(name: str, values: list[str]) -> BindParameter[Any]:
 _MATCHED = status_in({JobStatus.Matched})
 _HOLDING_A_SLOT = status_in(HOLDING_A_SLOT)
 _WITH_PILOT = column("pilot_reference").isnot(None)
+_FINISHED = column("finished_at").isnot(None)
 
 # What a job's state changes write: a few dozen bytes. A claim or a status report
 # rewrites the row, so what is written once (the requirements and the payload)
@@ -153,6 +154,8 @@ jobs = Table(
     Index("ix_jobs_holding_site", "site", "grid_ce", postgresql_where=_HOLDING_A_SLOT, sqlite_where=_HOLDING_A_SLOT),
     # the jobs a pilot took
     Index("ix_jobs_pilot_reference", "pilot_reference", postgresql_where=_WITH_PILOT, sqlite_where=_WITH_PILOT),
+    # the purge: finished jobs of one status, oldest first; only final jobs have finished_at
+    Index("ix_jobs_finished", "status", "finished_at", postgresql_where=_FINISHED, sqlite_where=_FINISHED),
     postgresql_with={"fillfactor": 90},
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
@@ -212,7 +215,8 @@ match_requests = Table(
     Column("requester", String(NAME), primary_key=True),
     Column("request_id", String(NAME), primary_key=True),
     Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    # the purge: request ids past their replay time
+    Column("created_at", DateTime(timezone=True), nullable=False, index=True),
 )
 
 groups = Table(
@@ -260,6 +264,26 @@ priority_runs = Table(
     Column("policy", String(32), nullable=False),
     Column("task_queues", Integer, nullable=False),
     Column("report", JSON, nullable=False),
+    sqlite_autoincrement=True,  # SQLite: an id is never given twice
+)
+
+# One row per purge run (the retention settings): who ran it, when, what it deleted and
+# archived, and why it stopped early (error) - the source of GET /status's last_purge.
+purge_runs = Table(
+    "purge_runs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("runner", String(NAME), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("jobs", JSON, nullable=False),  # {status: jobs deleted}
+    Column("events", Integer, nullable=False),
+    Column("request_ids", Integer, nullable=False),
+    Column("pilots", Integer, nullable=False),
+    Column("archived", Integer, nullable=False),
+    # the events of jobs finished before this were deleted: where the next run's events purge starts
+    Column("events_before", DateTime(timezone=True)),
+    Column("error", Text),
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
 
@@ -383,5 +407,6 @@ pilots = Table(
     Index("ix_pilots_first_seen", "first_seen", "reference"),
 )
 
-# Written by the service's background work on its own schedule, never by a request.
-BACKGROUND_TABLES = frozenset({history_samples.name, running_samples.name, priority_runs.name})
+# Written by the service's background work on its own schedule (purge_runs also by an
+# admin's one-off purge), never by a request a pilot or a user makes.
+BACKGROUND_TABLES = frozenset({history_samples.name, running_samples.name, priority_runs.name, purge_runs.name})

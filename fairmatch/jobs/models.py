@@ -90,3 +90,21 @@ class StatusUpdate(BaseModel):
     minor_status: Name | None = None
     cpu_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
     wall_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
+
+
+MAX_RETENTION_SECONDS = 100 * 365 * 86400  # a century: anything beyond is a unit mistake
+FinalStatus = Literal["Done", "Failed", "Killed"]
+
+
+class PurgeRequest(BaseModel):
+    """An admin's one-off purge of finished jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    older_than_seconds: float = Field(
+        gt=0, le=MAX_RETENTION_SECONDS, description="Purge the jobs that finished at least this long ago."
+    )
+    statuses: list[FinalStatus] = Field(
+        ["Done", "Failed", "Killed"], min_length=1, max_length=3, description="The final statuses to purge."
+    )
+    dry_run: bool = Field(False, description="Only count the jobs that would be purged.")

@@ -3,7 +3,8 @@
 Watchdogs (empty queues, expired leases, stalled jobs) run in every replica:
 each step is a conditional change under a row lock, so doing it twice is
 harmless. The priority loop and the history sampler run in one process at a
-time (advisory locks) and skip when another process just did them. Each
+time (advisory locks) and skip when another process just did them; so does the
+purge of what the retention settings no longer keep. Each
 process writes the empty matches (204s) it counted every second, and once
 more when it stops.
 """
@@ -22,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from fairmatch.clock import utcnow
 from fairmatch.errors import DatabaseError
 from fairmatch.priority.settings import CorrectionsConfig
-from fairmatch.services import accounting, history, pilots, taskqueues, watchdogs
+from fairmatch.services import accounting, history, pilots, retention, taskqueues, watchdogs
 from fairmatch.services import priorities as priority_service
 from fairmatch.settings import Settings
 
@@ -101,7 +102,13 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
             await accounting.prune_charges(conn, now - timedelta(days=p.rank.window_days))
         return took
 
-    return [
+    async def purge(conn: AsyncConnection) -> int | None:
+        run = await retention.purge(conn, settings, utcnow(), runner=runner)
+        if run is None:
+            return None
+        return sum(run["jobs"].values()) + run["events"] + run["request_ids"] + run["pilots"]
+
+    tasks = [
         asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
                                    "empty task queues deleted", taskqueues.delete_all_empty)),
         asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
@@ -111,3 +118,9 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
                                    first_delay=min(1.0, p.interval_seconds))),
         asyncio.create_task(_write_empty_matches(engine, EMPTY_MATCH_FLUSH_SECONDS)),
     ]  # fmt: skip
+    if settings.retention.enabled:
+        interval = settings.retention.interval_seconds
+        tasks.append(
+            asyncio.create_task(_every(interval, engine, "rows purged", purge, first_delay=min(1.0, interval)))
+        )
+    return tasks

@@ -8,13 +8,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.retention import RetentionDB
 from fairmatch.db.server_settings import dangers
 from fairmatch.db.status import ACTIVE, StatusDB
 
 
 async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
     """Jobs per group and in total, the match rate, the `top` busiest queues, the last priority
-    run, and the database server's dangerous settings."""
+    run, the last purge, and the database server's dangerous settings."""
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
@@ -26,6 +27,7 @@ async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
             "match_rate": await status.match_rate(now),
             "top_task_queues": await status.top_task_queues(top),
             "last_priority_run": await status.last_priority_run(),
+            "last_purge": await RetentionDB.of(conn).last_run(),
             "database_warnings": dangers(await status.server_settings()),
         }
 

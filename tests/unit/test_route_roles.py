@@ -43,6 +43,7 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/jobs/{job_id}"): EVERY_ROLE,
     ("PATCH", "/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
     ("DELETE", "/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
+    ("POST", "/jobs/purge"): frozenset({ADMIN}),
     ("POST", "/jobs/{job_id}/reschedule"): frozenset({ADMIN, OPERATOR, USER}),
     ("POST", "/jobs/{job_id}/status"): frozenset({ADMIN, OPERATOR, PILOT}),
     ("POST", "/match"): frozenset({ADMIN, PILOT}),
