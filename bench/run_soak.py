@@ -140,14 +140,15 @@ def window_means(samples: Sequence[dict], end: float, window: float, value) -> d
 def during_purges(
     times: Sequence[tuple[float, float, int]], windows: Sequence[tuple[float, float]]
 ) -> tuple[list[float], list[float]]:
-    """The latencies of the matches whose request overlapped a purge window, and
-    the others. Purges run one after the other, so of the windows started before
-    an answer came only the last can still have been running when it was sent."""
+    """The latencies of the matches sent while a purge ran, and of the others. By
+    the time sent, not by overlap: a request overlapping a window would count a
+    slow request more often than a fast one, and inflate the p99 during purges.
+    Purges run one after the other, so only the last window started by then can hold it."""
     windows = sorted(windows)
     starts = [start for start, _ in windows]
     inside, outside = [], []
     for sent, took, _ in times:
-        i = bisect.bisect_right(starts, sent + took) - 1
+        i = bisect.bisect_right(starts, sent) - 1
         (inside if i >= 0 and windows[i][1] >= sent else outside).append(took)
     return inside, outside
 

@@ -41,20 +41,21 @@ def test_pilots_write_every_match_with_its_time_latency_and_status(tmp_path):
     assert max(took for _, took, _ in times) * 1000 == pytest.approx(result["requests"]["match"]["max_ms"], abs=0.01)
 
 
-def test_a_match_counts_as_during_a_purge_when_their_times_overlap():
-    windows = [(100.0, 102.0), (130.0, 131.0)]
+def test_a_match_counts_as_during_a_purge_when_it_was_sent_while_one_ran():
+    windows = [(130.0, 131.0), (100.0, 102.0)]
     times = [
-        (99.0, 0.5, 200),  # answered before the first purge
-        (99.5, 0.6, 200),  # answered while it ran
-        (101.0, 0.1, 204),  # inside it
+        (99.0, 0.5, 200),  # before the first purge
+        (99.5, 3.0, 200),  # sent before it, answered after: not counted, however slow
+        (100.0, 0.1, 204),  # sent as it started
         (101.9, 3.0, 200),  # sent before its end
+        (102.0, 0.1, 200),  # sent as it finished
         (102.1, 0.1, 200),  # after it
-        (129.0, 5.0, 200),  # spans the second
+        (130.5, 5.0, 200),  # inside the second
         (131.5, 0.1, 200),  # after both
     ]
     inside, outside = run_soak.during_purges(times, windows)
-    assert inside == [0.6, 0.1, 3.0, 5.0] and outside == [0.5, 0.1, 0.1]
-    assert run_soak.during_purges(times, []) == ([], [0.5, 0.6, 0.1, 3.0, 0.1, 5.0, 0.1])
+    assert inside == [0.1, 3.0, 0.1, 5.0] and outside == [0.5, 3.0, 0.1, 0.1]
+    assert run_soak.during_purges(times, []) == ([], [t for _, t, _ in times])
 
 
 def test_purge_latency_compares_the_p99s_and_says_when_there_is_no_purge():
