@@ -208,7 +208,7 @@ def soak_section(b: Bench) -> dict:
     rng = random.Random(f"soak:{plan.seed}")
     window = min(plan.soak_window, plan.soak_seconds // 2)
     settings = retention_settings(plan.soak_retention, plan.soak_purge_interval)
-    times_file = b.work_dir / "soak-match-times.txt"
+    times_file = b.out_dir / "soak_match_times.txt"  # kept: the purges can be set against it again
     out: dict = {"workload": describe(workload, scale=plan.lhcb_scale), "workers": plan.workers,
                  "pilots": plan.soak_pilots, "waiting_jobs": plan.soak_waiting, "seconds": plan.soak_seconds,
                  "sample_s": plan.soak_sample, "retention_s": plan.soak_retention,
