@@ -264,6 +264,7 @@ def soak_section(b: Bench) -> dict:
     for r in runs or ():
         r["t_s"] = round(r["started_at"] - t0, 1)
     end = samples[-1]["t_s"]
+    during = [r for r in runs or () if r["t_s"] >= 0]
     out.update({
         "matches_per_s": result["matches_per_s"], "jobs_per_s": result["jobs_per_s"],
         "no_match_per_s": result["no_match_per_s"], "requests": result["requests"], "errors": result["errors"],
@@ -276,8 +277,9 @@ def soak_section(b: Bench) -> dict:
         "table_sizes": {t: window_means(samples, end, window, lambda s, t=t: s["tables"].get(t, {}).get("bytes", 0))
                         for t in SIZE_TABLES},
         "purges": runs,
-        "purge_count": None if runs is None else len(runs),
-        "rows_purged": None if runs is None else rows_purged(runs),
+        # counted from the pilots' start; those of the set-up are drawn, and found nothing to delete
+        "purge_count": None if runs is None else len(during),
+        "rows_purged": None if runs is None else rows_purged(during),
         "purge_errors": None if runs is None else [r["error"] for r in runs if r.get("error")],
         "purge_latency": purge_latency(times, runs),
         "autovacuum_runs": {t: {k: n - autovacuum_at_start.get(t, {}).get(k, 0) for k, n in counts.items()}
