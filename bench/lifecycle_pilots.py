@@ -1,6 +1,7 @@
 """Pilots that run jobs' whole lives over HTTP: match, Running, Done.
 
     python -m bench.lifecycle_pilots ROOT RESOURCES_FILE --pilots 8 --seconds 20 [--seed 0] [--pilot-life 30]
+                                     [--match-times FILE]
 
 Each pilot holds one keep-alive connection and loops: POST /api/v1/match with
 its resource description; on 200 it reports the job Running, then Done with
@@ -16,7 +17,10 @@ cheap: the standard library only, requests formatted by hand, answers read by
 Content-Length on asyncio streams. It connects every pilot, prints
 `{"ready": P}` and waits for a line on stdin, so that its caller can read the
 other processes' CPU right at the start; then it prints one JSON line: counts,
-latencies per request kind, errors, and its own CPU seconds over the run.
+latencies per request kind, errors, and its own CPU seconds over the run. With
+`--match-times FILE` it also writes every POST /match answered, one line each:
+the Unix time it was sent, its latency in seconds and its status, so that a
+caller can set the latencies beside what the server was doing at the time.
 """
 
 from __future__ import annotations
@@ -122,10 +126,12 @@ class Connection:
 
 
 class Stats:
-    def __init__(self) -> None:
+    def __init__(self, match_times: bool = False) -> None:
         self.latency: dict[str, list[float]] = {kind: [] for kind in EXPECTED}
         self.status: dict[str, Counter] = {kind: Counter() for kind in EXPECTED}
         self.errors: Counter = Counter()
+        # (perf_counter when sent, latency, status) of each match answered, when asked for
+        self.match_times: list[tuple[float, float, int]] | None = [] if match_times else None
 
     async def send(self, conn: Connection, kind: str, raw: bytes) -> tuple[int | None, bytes]:
         """One timed request; (None, b"") on a transport error (counted, connection dropped)."""
@@ -136,8 +142,11 @@ class Stats:
             self.errors[f"{kind} {type(exc).__name__}"] += 1
             conn.close()
             return None, b""
-        self.latency[kind].append(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.latency[kind].append(took)
         self.status[kind][status] += 1
+        if kind == "match" and self.match_times is not None:
+            self.match_times.append((started, took, status))
         if status not in EXPECTED[kind]:
             self.errors[f"{kind} {status}"] += 1
         return status, body
@@ -172,10 +181,11 @@ async def pilot(conn: Connection, matches: list[bytes], start: int, deadline: fl
 
 
 async def run(root: str, resources: list[bytes], pilots: int, seconds: float, seed: int = 0, ready=None,
-              pilot_life: int = PILOT_LIFE) -> dict:  # fmt: skip
+              pilot_life: int = PILOT_LIFE, match_times: Path | None = None) -> dict:  # fmt: skip
     """`pilots` pilots for `seconds` against the server at `root`; `ready()` is awaited
     once every connection is open, before the clock starts. Each sends PilotReferences of its
-    own, a new one every `pilot_life` jobs (0: none)."""
+    own, a new one every `pilot_life` jobs (0: none). With `match_times`, every match
+    answered is written there (see write_match_times)."""
     parts = urlsplit(root)
     host, port = parts.hostname, parts.port or 80
     matches = [request_bytes("POST", MATCH_PATH, r, host) for r in resources]
@@ -183,7 +193,7 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
     await asyncio.gather(*(c.open() for c in conns))
     if ready is not None:
         await ready()
-    stats = Stats()
+    stats = Stats(match_times=match_times is not None)
     run_tag = os.urandom(4).hex()  # each run's pilots are new ones
     cpu, started = os.times(), time.perf_counter()
     tasks = [
@@ -205,6 +215,8 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
     used = os.times()
     for c in conns:
         c.close()
+    if match_times is not None:
+        write_match_times(stats.match_times, match_times)
     jobs, matched, no_match = stats.status["done"][200], stats.status["match"][200], stats.status["match"][204]
     return {
         "pilots": pilots, "seconds": seconds, "duration_s": round(duration, 3), "pilot_life": pilot_life,
@@ -215,6 +227,19 @@ async def run(root: str, resources: list[bytes], pilots: int, seconds: float, se
         "errors": dict(stats.errors), "error_count": sum(stats.errors.values()),
         "cpu_s": round(used.user + used.system - cpu.user - cpu.system, 3),
     }  # fmt: skip
+
+
+def write_match_times(times: list[tuple[float, float, int]], path: Path) -> None:
+    """`<Unix time sent> <latency s> <status>` a line, in the order answered."""
+    to_unix = time.time() - time.perf_counter()  # one offset: the two clocks tick together over a run
+    with Path(path).open("w") as out:
+        out.writelines(f"{to_unix + sent:.6f} {took:.6f} {status}\n" for sent, took, status in times)
+
+
+def read_match_times(path: Path) -> list[tuple[float, float, int]]:
+    """The lines write_match_times wrote: (Unix time sent, latency s, status)."""
+    rows = (line.split() for line in Path(path).read_text().splitlines() if line.strip())
+    return [(float(sent), float(took), int(status)) for sent, took, status in rows]
 
 
 def read_resources(path: Path) -> list[bytes]:
@@ -240,10 +265,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-wait", action="store_true", help="start at once instead of waiting for stdin")
     parser.add_argument("--pilot-life", type=int, default=PILOT_LIFE,
                         help=f"jobs per PilotReference; 0 sends none (default {PILOT_LIFE})")  # fmt: skip
+    parser.add_argument("--match-times", type=Path, help="write each match's Unix time sent, latency and status here")
     args = parser.parse_args(argv)
     resources = read_resources(args.resources_file)
     ready = None if args.no_wait else (lambda: _ready_on_stdin(args.pilots))
-    result = asyncio.run(run(args.root, resources, args.pilots, args.seconds, args.seed, ready, args.pilot_life))
+    result = asyncio.run(run(args.root, resources, args.pilots, args.seconds, args.seed, ready, args.pilot_life,
+                             args.match_times))  # fmt: skip
     print(json.dumps(result, separators=(",", ":")), flush=True)
 
 

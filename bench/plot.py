@@ -20,7 +20,11 @@ The contract (every part optional; a figure whose data is missing is not drawn):
     }
 
 Writes throughput_vs_connections.png, latency_cdf.png and
-throughput_vs_waiting_jobs.png into `out_dir`.
+throughput_vs_waiting_jobs.png into `out_dir`. The soak section draws its own,
+soak_sizes.png (`soak_sizes`), from its samples and purge runs::
+
+    {"samples": [{"t_s": 10.0, "database_bytes": 9e6, "tables": {"jobs": {"bytes": 2e6}, ...}}, ...],
+     "purges": [{"t_s": 25.0, "started_at": 1.7e9, "finished_at": 1.7e9}, ...] or None}
 """
 
 from __future__ import annotations
@@ -127,6 +131,45 @@ def throughput_vs_waiting_jobs(scaling: list[dict], path: Path, diracx: list[dic
         right.legend(loc="lower right", fontsize=8)
     ax.legend(loc="lower left", fontsize=8)
     ax.set_title("Throughput by queue size")
+    return _save(fig, path)
+
+
+def soak_sizes(soak: dict, path: Path, tables: int = 4) -> Path:
+    """Above, the database's size and its `tables` largest tables' (with indexes)
+    over the soak; below, matches/s and /match p99 per sample; each purge run
+    shaded in both, from its start to its end."""
+    samples = soak["samples"]
+    minutes = [s["t_s"] / 60 for s in samples]
+    last = samples[-1]["tables"]
+    largest = sorted(last, key=lambda t: last[t]["bytes"], reverse=True)[:tables]
+    fig, (ax, rates) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, height_ratios=(2, 1))
+    ax.plot(minutes, [s["database_bytes"] / 2**20 for s in samples], color="black", linewidth=2, label="database")
+    for table in largest:
+        ax.plot(minutes, [s["tables"].get(table, {}).get("bytes", 0) / 2**20 for s in samples], label=table)
+    for i, run in enumerate(soak.get("purges") or []):
+        start = run["t_s"] / 60
+        end = max(start + max(run["finished_at"] - run["started_at"], 0) / 60, start + 0.02)  # visible when short
+        for axes in (ax, rates):
+            axes.axvspan(start, end, color="tab:red", alpha=0.25, label="purge" if i == 0 and axes is ax else None)
+    ax.set_ylabel("MiB (tables with their indexes)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"Soak: sizes with a retention of {soak.get('retention_s', '?')} s")
+    ax.legend(fontsize=8, loc="upper left", ncol=3)
+    measured = [(m, s) for m, s in zip(minutes, samples, strict=True) if s.get("matches_per_s") is not None]
+    rates.plot([m for m, _ in measured], [s["matches_per_s"] for _, s in measured], color="tab:blue",
+               label="matches / s")  # fmt: skip
+    rates.set_ylabel("matches / s")
+    rates.set_ylim(bottom=0)
+    rates.grid(True, alpha=0.3)
+    p99 = rates.twinx()
+    p99.plot([m for m, _ in measured], [s.get("match_p99_ms") for _, s in measured], color="tab:orange",
+             label="/match p99 (ms)")  # fmt: skip
+    p99.set_ylabel("/match p99 (ms)")
+    p99.set_ylim(bottom=0)
+    rates.legend(loc="lower left", fontsize=8)
+    p99.legend(loc="lower right", fontsize=8)
+    rates.set_xlabel("minutes")
     return _save(fig, path)
 
 

@@ -2,7 +2,7 @@
 
     python -m bench.run [--quick] [--workers 2] [--seconds 20]
                         [--only lhcb,diracx,scaling,submit,recompute,soak,lifecycle]
-                        [--max-jobs 10000000] [--soak-seconds 300] [--keep-db] [--profile]
+                        [--max-jobs 10000000] [--soak-seconds 1200] [--keep-db] [--profile]
 
 Each section recreates the database `fairmatch_bench` and loads what it
 needs, so sections are independent; one that fails is reported and the next
@@ -27,10 +27,11 @@ from pathlib import Path
 from bench import run_env
 from bench.run_admin import recompute_section, submit_section
 from bench.run_lifecycle import lifecycle_section
-from bench.run_match import diracx_section, lhcb_section, scaling_section, soak_section
+from bench.run_match import diracx_section, lhcb_section, scaling_section
 from bench.run_plan import DATABASE, Bench, Plan
 from bench.run_profile import py_spy
 from bench.run_report import markdown
+from bench.run_soak import soak_section
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECTIONS = {
@@ -62,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated sections among {','.join(SECTIONS)}")  # fmt: skip
     parser.add_argument("--max-jobs", type=int, default=10_000_000,
                         help="largest queue (diracx, scaling, recompute; caps lifecycle's backlog)")  # fmt: skip
-    parser.add_argument("--soak-seconds", type=int, help="soak duration (default 300, quick 20)")
+    parser.add_argument("--soak-seconds", type=int, help="soak duration (default 1200, quick 120)")
     parser.add_argument("--keep-db", action="store_true", help=f"leave the database {DATABASE} behind")
     parser.add_argument("--profile", action="store_true",
                         help="flame graphs (py-spy) of the server during the 64-connection and 64-pilot runs")  # fmt: skip

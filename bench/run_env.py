@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -273,7 +273,8 @@ class Server(Service):
     name = "server"
     exposes_metrics = True
 
-    def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path):
+    def __init__(self, url: str, workers: int, log_dir: Path, work_dir: Path, settings: Mapping[str, str] = {}):
+        # settings: FAIRMATCH_* variables a section sets on top of the defaults
         self.port = free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         config = work_dir / "empty.toml"
@@ -284,6 +285,7 @@ class Server(Service):
             "FAIRMATCH_CONFIG": str(config),
             "FAIRMATCH_SERVER__ACCESS_LOG": "false",
             "FAIRMATCH_SERVER__LOG_LEVEL": "warning",
+            **settings,
         }
         command = [str(Path(sys.executable).with_name("fairmatch")), "serve", "--host", "127.0.0.1",
                    "--port", str(self.port), "--workers", str(workers)]  # fmt: skip

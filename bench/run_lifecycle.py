@@ -118,12 +118,16 @@ def wait_summary(waits: Counter, samples: int) -> dict:
 
 
 def run_generator(
-    root: str, resources: Path, pilots: int, seconds: float, on_start: Callable[[], None], pilot_life: int = PILOT_LIFE
-) -> dict:
+    root: str, resources: Path, pilots: int, seconds: float, on_start: Callable[[], None], pilot_life: int = PILOT_LIFE,
+    match_times: Path | None = None,
+) -> dict:  # fmt: skip
     """bench/lifecycle_pilots.py in a subprocess; `on_start` runs once its
-    pilots are connected, just before they start."""
+    pilots are connected, just before they start. With `match_times`, the
+    generator writes every match's time, latency and status there."""
     command = [sys.executable, "-m", "bench.lifecycle_pilots", root, str(resources), "--pilots", str(pilots),
                "--seconds", str(seconds), "--pilot-life", str(pilot_life)]  # fmt: skip
+    if match_times is not None:
+        command += ["--match-times", str(match_times)]
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=run_env.REPO)
     try:
         ready = process.stdout.readline()

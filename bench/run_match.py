@@ -1,12 +1,9 @@
 """The matching sections: LHCb 1:1 against the references (the bare claim and
 DIRAC's SQL with pgbench, the lean claim service with wrk), throughput against
-queue size (LHCb scaled, and the DiracX target at 1M and 10M), and the soak
-at a fixed offered rate."""
+queue size (LHCb scaled, and the DiracX target at 1M and 10M)."""
 
 from __future__ import annotations
 
-import math
-import time
 from pathlib import Path
 
 from bench import run_env
@@ -236,68 +233,4 @@ def diracx_section(b: Bench) -> dict:
         "ratio": {
             c: _ratio(r[-1]["matches_per_s"], r[0]["matches_per_s"]) if len(r) > 1 else None for c, r in runs.items()
         },
-    }
-
-
-def _cdf_at(points: list, ms: float) -> float:
-    """The share (0..1) of one run's requests answered within `ms`, from its CDF points."""
-    below = [p for p, at in points if at <= ms]
-    return max(below) / 100 if below else 0.0
-
-
-def merged_percentile(runs: list[dict], percentile: float) -> float | None:
-    """The percentile of several wrk runs' latencies taken together, each run
-    weighted by its requests (read off their CDF points, so a step function)."""
-    runs = [r for r in runs if r["requests"] and r.get("cdf_ms")]
-    if not runs:
-        return None
-    total = sum(r["requests"] for r in runs)
-    candidates = sorted({ms for r in runs for _, ms in r["cdf_ms"]})
-    for ms in candidates:
-        if sum(r["requests"] * _cdf_at(r["cdf_ms"], ms) for r in runs) >= percentile / 100 * total:
-            return ms
-    return candidates[-1]
-
-
-def soak_section(b: Bench) -> dict:
-    """wrk at a fixed offered rate in back-to-back slices, dead tuples read after each."""
-    plan = b.plan
-    workload = lhcb(plan.lhcb_scale, plan.seed)
-    b.fresh_database()
-    b.load(workload)
-    resources = b.pilots_file(workload)
-    b.fill(workload, workload.total_jobs)
-    server = b.start_server()
-    samples = [{"t_s": 0.0, "tables": run_env.table_activity(b.url)}]
-    slices = []
-    started = time.monotonic()
-    for _ in range(math.ceil(plan.soak_seconds / plan.soak_slice)):
-        with run_env.watched_tables(b.url) as vacuum:
-            run = run_pilots(server.root, resources, plan.soak_connections, plan.soak_slice, rate=plan.soak_rate,
-                             pilot_life=plan.pilot_life)  # fmt: skip
-        t = round(time.monotonic() - started, 1)
-        tables = run_env.table_activity(b.url)
-        slices.append(run)
-        samples.append({"t_s": t, "rps": run["rps"], "matches_per_s": run["matches_per_s"],
-                        "p99_ms": run["latency_ms"]["p99"], "errors": errors(run), "status": run["status"],
-                        "tables": tables, "vacuum": vacuum})  # fmt: skip
-        dead = ", ".join(f"{t} {tables.get(t, {}).get('dead', 0):,}" for t in ("tq_jobs", "jobs", "job_events"))
-        b.log(f"soak {t:5.0f} s: {run['rps']:,.0f} req/s, p99 {run['latency_ms']['p99']:.1f} ms; dead tuples {dead}")
-    waiting = run_env.waiting_jobs(b.url)
-    b.stop_server()
-    # the first and the last minute (half the soak when it is shorter than two)
-    per_window = max(1, round(min(60, plan.soak_seconds / 2) / plan.soak_slice))
-    first, last = slices[:per_window], slices[-per_window:]
-    return {
-        "workload": describe(workload, scale=plan.lhcb_scale),
-        "offered_rps": plan.soak_rate,
-        "connections": plan.soak_connections,
-        "slice_s": plan.soak_slice,
-        "window_s": per_window * plan.soak_slice,
-        "p99_first_ms": merged_percentile(first, 99),
-        "p99_last_ms": merged_percentile(last, 99),
-        "rps_mean": sum(r["requests"] for r in slices) / sum(r["duration_s"] for r in slices),
-        "errors": sum(errors(r) for r in slices),
-        "waiting_at_end": waiting,
-        "samples": samples,
     }

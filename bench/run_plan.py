@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ SCALING_SIZES = (1_000_000, 2_500_000, 5_000_000, 10_000_000)
 DIRACX_SIZES = (1_000_000, 10_000_000)  # matching on the DiracX target; capped by --max-jobs
 QUICK_SIZES = (50_000, 100_000)
 LIFECYCLE_JOBS, QUICK_LIFECYCLE_JOBS = 200_000, 20_000  # waiting at the start of each lifecycle run
+SOAK_JOBS = 20_000  # waiting throughout the soak, kept by its submitter
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,10 @@ class Plan:
     recompute_repeats: int
     submit_batches: int  # per client count
     soak_seconds: int
-    soak_slice: int
+    soak_window: int  # the size series' two windows compared at the soak's end
+    soak_waiting: int  # the waiting pool the soak's submitter keeps
+    soak_retention: int  # seconds a finished job (its events, its pilot) is kept
+    soak_purge_interval: int  # seconds between two purges of each server process
     lifecycle_jobs: int = LIFECYCLE_JOBS  # capped by --max-jobs
     connections: tuple[int, ...] = (1, 8, 64)
     bare_clients: tuple[int, ...] = (16, 64)
@@ -46,8 +51,8 @@ class Plan:
     submit_batch: int = 10_000  # the submit section's bulk batches
     site_batch: int = SITE_BATCH  # jobs per POST /jobs when a section loads or tops up as a site submits
     submit_clients: tuple[int, ...] = (1, 2)
-    soak_rate: float = 1000
-    soak_connections: int = 64
+    soak_pilots: int = 16  # concurrent pilots of the soak, each living whole lives
+    soak_sample: int = 10  # seconds between two samples of the database's sizes
     lifecycle_pilots: tuple[int, ...] = (8, 32, 64)  # concurrent pilots of the lifecycle runs
     pilots: int = 10_000
     seed: int = 0
@@ -77,8 +82,12 @@ class Plan:
             recompute_jobs=recompute,
             recompute_repeats=3 if quick else 5,
             submit_batches=2 if quick else 20,
-            soak_seconds=soak_seconds or (20 if quick else 300),
-            soak_slice=5 if quick else 10,
+            soak_seconds=soak_seconds or (120 if quick else 1200),
+            soak_window=30 if quick else 300,
+            soak_waiting=min(SOAK_JOBS, max_jobs),
+            # quick: short enough that the purges keep up within the first of its two minutes
+            soak_retention=30 if quick else 120,
+            soak_purge_interval=10 if quick else 25,
             lifecycle_jobs=min(QUICK_LIFECYCLE_JOBS if quick else LIFECYCLE_JOBS, max_jobs),
             profile=profile,
             record_pilots=record_pilots,
@@ -172,10 +181,11 @@ class Bench:
                      f" ({report['jobs_per_s']:,.0f} jobs/s, {report['retried_503']} answers 503 retried)")  # fmt: skip
         return report
 
-    def start_server(self) -> run_env.Server:
-        """A new server (the previous one stopped), its priorities computed once."""
+    def start_server(self, settings: Mapping[str, str] = {}) -> run_env.Server:
+        """A new server (the previous one stopped), its priorities computed once;
+        `settings` are FAIRMATCH_* variables on top of the defaults."""
         self.stop_server()
-        self.server = run_env.Server(self.url, self.plan.workers, self.out_dir, self.work_dir)
+        self.server = run_env.Server(self.url, self.plan.workers, self.out_dir, self.work_dir, settings)
         seconds, _ = self.server.recompute()
         self.log(f"fairmatch serve --workers {self.plan.workers} ready at {self.server.root}"
                  f" (first recompute {seconds:.2f} s)")  # fmt: skip
