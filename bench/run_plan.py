@@ -23,7 +23,8 @@ SCALING_SIZES = (1_000_000, 2_500_000, 5_000_000, 10_000_000)
 DIRACX_SIZES = (1_000_000, 10_000_000)  # matching on the DiracX target; capped by --max-jobs
 QUICK_SIZES = (50_000, 100_000)
 LIFECYCLE_JOBS, QUICK_LIFECYCLE_JOBS = 200_000, 20_000  # waiting at the start of each lifecycle run
-SOAK_JOBS = 20_000  # waiting throughout the soak, kept by its submitter
+SOAK_JOBS = 100_000  # waiting throughout the soak, kept by its submitter
+QUICK_SOAK_JOBS = 20_000
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Plan:
     submit_batch: int = 10_000  # the submit section's bulk batches
     site_batch: int = SITE_BATCH  # jobs per POST /jobs when a section loads or tops up as a site submits
     submit_clients: tuple[int, ...] = (1, 2)
-    soak_pilots: int = 16  # concurrent pilots of the soak, each living whole lives
+    soak_pilots: int = 32  # concurrent pilots of the soak, each living whole lives
     soak_sample: int = 10  # seconds between two samples of the database's sizes
     lifecycle_pilots: tuple[int, ...] = (8, 32, 64)  # concurrent pilots of the lifecycle runs
     pilots: int = 10_000
@@ -84,7 +85,7 @@ class Plan:
             submit_batches=2 if quick else 20,
             soak_seconds=soak_seconds or (120 if quick else 1200),
             soak_window=30 if quick else 300,
-            soak_waiting=min(SOAK_JOBS, max_jobs),
+            soak_waiting=min(QUICK_SOAK_JOBS if quick else SOAK_JOBS, max_jobs),
             # quick: short enough that the purges keep up within the first of its two minutes
             soak_retention=30 if quick else 120,
             soak_purge_interval=10 if quick else 25,
