@@ -44,8 +44,11 @@ FINAL_STATUSES = sorted(status.value for status in FINAL)
 EVENTS_RESCAN = timedelta(hours=1)
 
 
-# a run not finished this long after it started died with its process: another may purge
-STALE_RUN = timedelta(hours=1)
+# a run not finished this long after it started is taken for one whose process died, and
+# another replica purges. Were it still running, the two would only share the work: each
+# batch skips the rows the other holds, and the archive's appends are locked.
+STALE_RUN = timedelta(minutes=10)
+SHUTDOWN = "purge stopped: the service shut down"  # a run cut short by a stop, recorded as such
 
 
 def _days(days: float) -> timedelta:
@@ -88,6 +91,10 @@ async def purge(
     except Exception as exc:  # an outage: recorded if the database lets it, then the loop logs it
         with contextlib.suppress(Exception):
             await _finish(conn, run_id, {"jobs": jobs, **counts, "error": f"purge failed: {exc}"})
+        raise
+    except asyncio.CancelledError:  # a stop (a rolling restart): the next replica need not wait
+        with contextlib.suppress(Exception):
+            await _finish(conn, run_id, {"jobs": jobs, **counts, "error": SHUTDOWN})
         raise
     outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error}
     return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}

@@ -7,7 +7,9 @@ runs at now + the retention settings' days, so nothing waits.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gzip
+import os
 import random
 from datetime import datetime, timedelta
 from typing import Any
@@ -176,6 +178,42 @@ async def test_the_archive_holds_each_purged_job_as_it_was(world_of, tmp_path):
         assert [orjson.loads(line)["job"]["id"] for line in stream][-1] == again
 
 
+async def test_a_purge_stopped_with_the_service_is_recorded_and_keeps_what_it_had_not_deleted(world_of, tmp_path):
+    """A stop (a cancelled task: SIGTERM, a rolling restart) between a batch's archive and its
+    delete rolls the batch back and records the run as stopped, so that no replica waits for it."""
+    directory = tmp_path / "archive"
+    directory.mkdir()
+    # purges a millisecond apart: only a run in progress would keep another replica's from running
+    world = await world_of(retention={"archive_dir": str(directory), "interval_seconds": 0.002})
+    job_id = await finished(world, "Done")
+    finished_at = (await job_service.get(world.conn, job_id))["finished_at"]
+    # the archive file held locked: the purge waits in its append, between its select and its delete
+    with (directory / f"jobs-{finished_at:%Y-%m-%d}.jsonl.gz").open("ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        task = asyncio.create_task(
+            retention.purge(world.conn, world.settings, days_ahead(30), runner="test", scheduled=False)
+        )
+        while not _waited_for(os.fstat(held.fileno()).st_ino):
+            assert not task.done(), "the purge finished while its archive file was locked"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    (run,) = await rows(world, purge_runs)
+    assert (run.error, run.finished_at is not None) == (retention.SHUTDOWN, True)
+    assert await job_ids(world) == {job_id}  # its delete rolled back (its archive line may stay)
+    # another replica's scheduled purge does not wait for the stopped run
+    later = await retention.purge(world.conn, world.settings, days_ahead(30), runner="another")
+    assert later is not None and later["jobs"]["Done"] == 1
+
+
+def _waited_for(inode: int) -> bool:
+    """Whether a process waits for a lock on the file `inode` (the kernel's list of file locks
+    writes a waiter `-> FLOCK …` with the file as `major:minor:inode`)."""
+    with open("/proc/locks") as locks:
+        return any(" -> " in line and f":{inode} " in line for line in locks)
+
+
 async def test_an_archive_that_cannot_be_written_stops_the_purge_before_it_deletes_anything(world_of, tmp_path):
     not_a_directory = tmp_path / "taken"
     not_a_directory.write_text("a file where the archive should be")
@@ -286,7 +324,7 @@ async def test_one_purge_at_a_time(world_of):
 
     cases = [
         ("another replica", utcnow() - timedelta(minutes=5), False),  # still running
-        ("another replica", utcnow() - timedelta(hours=2), True),  # its process died
+        ("another replica", utcnow() - timedelta(minutes=11), True),  # its process died
         ("test", utcnow() - timedelta(minutes=5), True),  # this runner's own, cut short by an outage
     ]
     for runner, started, runs in cases:
