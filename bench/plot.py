@@ -146,7 +146,8 @@ def soak_sizes(soak: dict, path: Path, tables: int = 4) -> Path:
     ax.plot(minutes, [s["database_bytes"] / 2**20 for s in samples], color="black", linewidth=2, label="database")
     for table in largest:
         ax.plot(minutes, [s["tables"].get(table, {}).get("bytes", 0) / 2**20 for s in samples], label=table)
-    for i, run in enumerate(soak.get("purges") or []):
+    finished = [run for run in soak.get("purges") or [] if run.get("finished_at") is not None]  # not one cut off
+    for i, run in enumerate(finished):
         start = run["t_s"] / 60
         end = max(start + max(run["finished_at"] - run["started_at"], 0) / 60, start + 0.02)  # visible when short
         for axes in (ax, rates):

@@ -106,7 +106,9 @@ class PurgeLog:
         self.url, self.runs, self.kept = url, {}, True
 
     def read(self) -> None:
-        found = purge_runs(self.url, max(self.runs, default=0))
+        """The runs recorded since the last read, and again those that were running then."""
+        running = [i for i, r in self.runs.items() if r.get("finished_at") is None]
+        found = purge_runs(self.url, min(running) - 1 if running else max(self.runs, default=0))
         self.kept = found is not None
         self.runs.update((r["id"], r) for r in found or ())
 

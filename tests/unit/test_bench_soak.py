@@ -123,10 +123,23 @@ def test_purge_runs_are_kept_as_they_are_read_though_the_server_prunes_them(clea
         log.read()
         conn.execute("DELETE FROM purge_runs")  # the server keeps only its latest runs
         conn.execute(insert, (1050, 1050))
+        # a run read while it runs is read again once it has finished
+        conn.execute(insert.replace("to_timestamp(%s + 0.5)", "NULL"), (1075,))
+        log.read()
+        conn.execute(
+            "UPDATE purge_runs SET finished_at = to_timestamp(1075.5) WHERE runner = 'soak-test' AND finished_at IS NULL"
+        )
+        conn.execute(insert, (1100, 1100))
     log.read()
     runs = [r for r in log.result() if r["runner"] == "soak-test"]  # not those of a server purging meanwhile
-    assert [(r["started_at"], r["finished_at"]) for r in runs] == [(1000, 1000.5), (1025, 1025.5), (1050, 1050.5)]
-    assert run_soak.rows_purged(runs) == {"jobs": 21, "events": 0, "request_ids": 6, "pilots": 3, "archived": 0}
+    assert [(r["started_at"], r["finished_at"]) for r in runs] == [
+        (1000, 1000.5),
+        (1025, 1025.5),
+        (1050, 1050.5),
+        (1075, 1075.5),
+        (1100, 1100.5),
+    ]
+    assert run_soak.rows_purged(runs) == {"jobs": 35, "events": 0, "request_ids": 10, "pilots": 5, "archived": 0}
 
 
 def test_the_plan_soaks_twenty_minutes_and_compares_five_minute_windows():
