@@ -176,7 +176,7 @@ class Bench:
         if not isinstance(self.server, run_env.Server):
             raise RuntimeError("submitting through the API needs a fairmatch server running")
         self._wait_idle()
-        report = api_top_up(self.server.api, self.url, workload, total, self.plan.site_batch, self.rng)
+        report = api_top_up(self.server.api, self.url, workload, total, self.plan.site_batch, self.rng, self.log)
         if report["jobs"]:
             self.log(f"submitted {report['jobs']:,} jobs through POST /jobs in {report['seconds']:.1f} s"
                      f" ({report['jobs_per_s']:,.0f} jobs/s, {report['retried_503']} answers 503 retried)")  # fmt: skip

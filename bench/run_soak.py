@@ -218,7 +218,7 @@ def soak_section(b: Bench) -> dict:
                  "purge_interval_s": plan.soak_purge_interval, "server_settings": settings}  # fmt: skip
     out["autovacuum_before"] = b.autovacuum.get("before")
     server = b.start_server(settings)
-    top_up = api_top_up(server.api, b.url, workload, plan.soak_waiting, plan.site_batch, rng)
+    top_up = api_top_up(server.api, b.url, workload, plan.soak_waiting, plan.site_batch, rng, b.log)
     b.log(f"soak: {top_up['jobs']:,} jobs submitted through POST /jobs in {top_up['seconds']:.1f} s")
     run_env.analyze(b.url)
     server.recompute()

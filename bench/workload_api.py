@@ -14,7 +14,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import httpx
@@ -31,6 +31,7 @@ PAYLOAD = {"executable": "dirac-jobexec", "arguments": "jobDescription.xml -o Lo
 SITE_BATCH = 100
 SUBMIT_CLIENTS = 2  # concurrent submitters
 SUBMIT_RETRIES = 3  # a 503 says "retry shortly": the submitting client does
+PROGRESS_SECONDS = 15  # how often a long load through the API says how far it got
 
 
 class Posted(NamedTuple):
@@ -101,15 +102,33 @@ def job_bodies(workload: Workload, jobs: Sequence[tuple[int, int]], batch: int) 
         yield json.dumps({"jobs": specs}, separators=(",", ":")).encode()
 
 
-def api_top_up(api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random) -> dict:
+def api_top_up(
+    api: str, url: str, workload: Workload, target: int, batch: int, rng: random.Random,
+    log: Callable[[str], object] | None = None,
+) -> dict:  # fmt: skip
     """Submit through the API until `target` jobs wait (their order shuffled, so
-    a batch mixes TQs as submissions do); an empty database is loaded whole.
-    Returns the jobs sent, the wall seconds and the submission rate."""
+    a batch mixes TQs as submissions do); an empty database is loaded whole; with
+    `log`, a line every PROGRESS_SECONDS. Returns the jobs sent, the wall seconds
+    and the submission rate."""
     by_level = dict(run_env.query(url, "SELECT user_priority, count(*) FROM tq_jobs GROUP BY user_priority"))
     jobs = top_up_jobs(workload, by_level, target)
     rng.shuffle(jobs)
-    posted = post_jobs(api, job_bodies(workload, jobs, batch), SUBMIT_CLIENTS, SUBMIT_RETRIES)
+    bodies = job_bodies(workload, jobs, batch)
+    if log is not None:
+        bodies = _logged(bodies, len(jobs), batch, log)
+    posted = post_jobs(api, bodies, SUBMIT_CLIENTS, SUBMIT_RETRIES)
     if posted.failures:
         raise RuntimeError(f"{len(posted.failures)} POST /jobs failed: {posted.failures[:3]}")
     return {"jobs": len(jobs), "batch": batch, "clients": SUBMIT_CLIENTS, "seconds": round(posted.wall, 3),
             "jobs_per_s": len(jobs) / posted.wall if jobs else None, "retried_503": posted.retried}  # fmt: skip
+
+
+def _logged(bodies: Iterator[bytes], total: int, batch: int, log: Callable[[str], object]) -> Iterator[bytes]:
+    """`bodies`, saying every PROGRESS_SECONDS how many jobs were handed to the clients."""
+    started = last = time.perf_counter()
+    for sent, body in enumerate(bodies):
+        if (now := time.perf_counter()) - last >= PROGRESS_SECONDS:
+            jobs = min(sent * batch, total)
+            log(f"submitting through POST /jobs: {jobs:,} of {total:,} jobs ({jobs / (now - started):,.0f}/s)")
+            last = now
+        yield body
