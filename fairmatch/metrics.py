@@ -41,7 +41,8 @@ CLAIM_CONFLICTS = Counter(
 CLAIM_BATCH_SIZE = Histogram(
     "fairmatch_claim_batch_size",
     "Claims sent to PostgreSQL in one round trip and transaction: the claims of concurrent "
-    "/match requests of a process that waited while the previous batch ran.",
+    "/match requests of a process that waited while the previous batch ran (the status reports "
+    "sent with them are not counted).",
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
 )
 SITE_LIMIT_EXCLUSIONS = Counter(

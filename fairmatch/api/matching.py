@@ -78,5 +78,5 @@ async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
 async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection) -> dict:
     found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
     if not found:
-        raise NotFound(f"task queue {tq_id} does not exist (empty queues are deleted)")
+        raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")
     return found[0]

@@ -10,7 +10,7 @@ reference) created or updated in `pilots` - all or nothing, committed before
 the answer leaves. It writes the job's narrow state row only; the answer reads
 the requirements and payload from job_specs, which a claim never writes. It runs on the driver's own connection (fairmatch/db/raw.py),
 and the claims of concurrent requests of a process share a round trip and a
-commit (fairmatch/db/claim_batches.py). A claim checked against site limits
+commit (fairmatch/db/batches.py), with the status reports. A claim checked against site limits
 runs in the request's own transaction instead, with the check.
 
 SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.claim_batches import batches_of
+from fairmatch.db.batches import batches_of
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
@@ -229,7 +229,7 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        row = await batches_of(self.conn.engine).claim(self.conn, _statement(target), params, self.on_batch)
+        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self.on_batch)
         return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:

@@ -27,7 +27,8 @@ from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
 from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
-from fairmatch.db.raw import Row, execute_one
+from fairmatch.db.batches import batches_of
+from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
@@ -365,13 +366,15 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         return ids
 
     async def report(self, report: StatusReport, scope: JobScope) -> Reported:
-        """One autocommitted statement (`_REPORT`) on the driver's connection, when the report
+        """One autocommitted statement (`_REPORT`) on the driver's connection, sharing a round
+        trip and a commit with the process's concurrent claims and reports, when the report
         carries what the job is charged; otherwise the charge is the CPU seconds the job
         stored before, read under the row lock in a transaction."""
         if report.charged and report.cpu_seconds is None:
             return await super().report(report, scope)
         where, scope_params = _visible_sql(scope)
-        row: Any = await execute_one(self.conn, _report_sql(where), {
+        # in this process's next batch of hot statements (fairmatch/db/batches.py)
+        row: Any = await batches_of(self.conn.engine).run(self.conn, _report_sql(where), {
             "job_id": report.job_id, "status": report.status.value, "from_statuses": list(report.from_statuses),
             "starting_from": list(report.starting_from),
             "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,

@@ -51,14 +51,6 @@ async def autocommitted(conn: AsyncConnection) -> AsyncIterator[psycopg.AsyncCon
         raise (translated(wrapped) or DatabaseError(str(exc))) from exc
 
 
-async def execute_one(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> Row | None:
-    """Run one statement as its own transaction; its first row, or None."""
-    async with autocommitted(conn) as raw:
-        cursor = await raw.execute(sql, params)
-        values = await cursor.fetchone()
-    return None if values is None else row_of(sql, cursor.description, values)
-
-
 def row_of(sql: str, description: Sequence[Any] | None, values: Sequence[Any]) -> Row:
     """A row of `sql`'s answer by column name."""
     names = _COLUMNS.get(sql)

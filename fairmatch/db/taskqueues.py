@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ARRAY, Select, String, any_, bindparam, delete, exists, func, select, update
@@ -35,6 +35,8 @@ _MATCHING_COLUMNS = [
     for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
                  "min_ram_mb", "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
 ]  # fmt: skip
+# of those, what changes once a TQ exists (its id and hash name requirements that never do)
+_STATE_COLUMNS = [task_queues.c[name] for name in ("id", "requirements_hash", "priority", "levels", "changed_at")]
 
 
 class TaskQueueDB(AreaDB):
@@ -102,23 +104,31 @@ class TaskQueueDB(AreaDB):
 
     async def delete_if_empty(self, tq_id: int) -> bool:
         """Delete the TQ if it holds no job and no one is filling it. True if deleted.
-        In a `changing` transaction: the matchers hear of a deletion."""
+
+        Raises no change signal: a matcher's copy needs no catch-up for it. A copy
+        still holding a deleted TQ loses one claim on it, finds it empty and passes it
+        over, as every other process's copy does until its sweep of ids; and the
+        claim that took a TQ's last job already took it out of its own process's copy.
+        Catching up on each deletion read every TQ changed within the poll's margin
+        again, once per deleted TQ."""
         if not await self._free(tq_id):
             return False
         result = await self.conn.execute(
             delete(task_queues).where(task_queues.c.id == tq_id, ~exists().where(tq_jobs.c.tq_id == tq_id))
         )
-        if result.rowcount > 0:
-            mark_changed(self.conn)
         return result.rowcount > 0
 
     async def _free(self, tq_id: int) -> bool:
         """Whether the TQ may be deleted now (SQLite: the write lock already says so)."""
         return True
 
-    async def empty_ids(self) -> list[int]:
-        """The ids of the TQs without jobs."""
-        stmt = select(task_queues.c.id).where(~exists().where(tq_jobs.c.tq_id == task_queues.c.id))
+    async def empty_ids(self, unchanged_for: timedelta) -> list[int]:
+        """The ids of the TQs without jobs whose row has not changed for `unchanged_for`
+        (by the clock `change_time` writes with, the same for every replica)."""
+        unchanged_since = await self.database_now() - unchanged_for
+        stmt = select(task_queues.c.id).where(
+            ~exists().where(tq_jobs.c.tq_id == task_queues.c.id), task_queues.c.changed_at < unchanged_since
+        )
         return list((await self.conn.execute(stmt)).scalars())
 
     async def count_arrivals(self, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
@@ -153,14 +163,22 @@ class TaskQueueDB(AreaDB):
         """The level read of `count_arrivals`, locked where the backend needs it."""
         return stmt
 
-    async def changed_since(self, since: datetime | None) -> tuple[datetime, list[Any]]:
-        """The database's time now, and every TQ changed after `since` (all without it),
-        with the columns matching reads."""
+    async def changed_since(self, since: datetime | None, *, whole: bool = True) -> tuple[datetime, list[Any]]:
+        """The database's time now, and every TQ changed after `since` (all without it):
+        with every column matching reads, or without `whole` only those that change
+        (`matching_rows` reads the rest)."""
         now = await self.database_now()
-        stmt = select(*_MATCHING_COLUMNS)
+        stmt = select(*(_MATCHING_COLUMNS if whole else _STATE_COLUMNS))
         if since is not None:
             stmt = stmt.where(task_queues.c.changed_at > since)
         return now, list((await self.conn.execute(stmt)).all())
+
+    async def matching_rows(self, ids: Sequence[int]) -> list[Any]:
+        """These TQs (those that exist) with every column matching reads."""
+        rows: list[Any] = []
+        for part in chunks(sorted(ids)):
+            rows.extend((await self.conn.execute(select(*_MATCHING_COLUMNS).where(task_queues.c.id.in_(part)))).all())
+        return rows
 
     async def all_ids(self) -> set[int]:
         """Every TQ's id."""

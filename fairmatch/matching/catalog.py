@@ -92,11 +92,17 @@ class Catalog:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def knows(self, tq_id: int, requirements_hash: str) -> bool:
+        """Whether this copy holds the TQ's requirements (a new state of it is enough then)."""
+        entry = self.entries.get(tq_id)
+        return entry is not None and entry.requirements_hash == requirements_hash
+
     def apply(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Take rows of `task_queues` (new TQs, or new state of known ones)."""
+        """Take rows of `task_queues`: new TQs with every column matching reads, known
+        ones with at least their state (id, requirements_hash, priority, levels, changed_at)."""
         for row in rows:
             entry = self.entries.get(row["id"])
-            if entry is None or entry.requirements_hash != row["requirements_hash"]:
+            if entry is None or not self.knows(row["id"], row["requirements_hash"]):
                 if entry is not None:  # SQLite may give a deleted TQ's id to a new one
                     self.live &= ~bit(entry.position)
                 entry = self._add(row)

@@ -102,6 +102,9 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
             await accounting.prune_charges(conn, now - timedelta(days=p.rank.window_days))
         return took
 
+    async def sweep_task_queues(conn: AsyncConnection) -> int:
+        return await taskqueues.delete_all_empty(conn, timedelta(seconds=settings.taskqueues.keep_empty_seconds))
+
     async def purge(conn: AsyncConnection) -> int | None:
         run = await retention.purge(conn, settings, utcnow(), runner=runner)
         if run is None:
@@ -110,7 +113,7 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
 
     tasks = [
         asyncio.create_task(_every(settings.taskqueues.sweep_interval_seconds, engine,
-                                   "empty task queues deleted", taskqueues.delete_all_empty)),
+                                   "empty task queues deleted", sweep_task_queues)),
         asyncio.create_task(_every(settings.jobs.lease_sweep_seconds, engine,
                                    "jobs returned to Waiting, stalled or failed", lambda c: watch_jobs(c, settings))),
         asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -85,7 +86,9 @@ class Keeper:
                 since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
             async with read_transaction(conn):
                 task_queues = TaskQueueDB.of(conn)
-                now, rows = await task_queues.changed_since(since)
+                now, rows = await task_queues.changed_since(since, whole=since is None)
+                if since is not None:  # the state of each TQ changed; the whole of those this copy lacks
+                    rows = await _with_requirements(task_queues, self.catalog, rows)
                 sharing = await PriorityDB.of(conn).sharing_groups()
                 limited = await LimitDB.of(conn).limited_sites()
                 masked = await SiteMaskDB.of(conn).sites()
@@ -118,3 +121,14 @@ class Keeper:
             except Exception:
                 log.exception("task-queue refresh failed")
             await asyncio.sleep(self.settings.refresh_seconds)
+
+
+async def _with_requirements(task_queues: TaskQueueDB, catalog: Catalog, rows: list[Any]) -> list[Any]:
+    """`rows` (the changed state of TQs), each TQ `catalog` does not know replaced by its
+    whole row, or left out when it was deleted since. A poll reads each change again for
+    its margin: reading only the state keeps that cheap."""
+    unknown = {row.id for row in rows if not catalog.knows(row.id, row.requirements_hash)}
+    if not unknown:
+        return rows
+    whole = {row.id: row for row in await task_queues.matching_rows(list(unknown))}
+    return [whole[row.id] if row.id in unknown else row for row in rows if row.id in whole or row.id not in unknown]

@@ -17,7 +17,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import job_dict
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.taskqueues import TaskQueueDB
-from fairmatch.errors import DatabaseError, DuplicateRequest
+from fairmatch.errors import DuplicateRequest
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.choice import chances
@@ -33,7 +33,6 @@ from fairmatch.metrics import (
     MATCH_REQUESTS,
     SITE_LIMIT_EXCLUSIONS,
 )
-from fairmatch.services import taskqueues
 from fairmatch.services.keeper import Keeper
 from fairmatch.services.pilots import tally_of
 from fairmatch.settings import Settings
@@ -174,8 +173,6 @@ async def _match(
         _log_decision(resource, None, None)
         return None, "no_match"
     tq_id = claimed.job.task_queue_id
-    if claimed.tq_now_empty:
-        await _tidy_empty_queue(conn, tq_id)
     _log_decision(resource, tq_id, claimed.job.id)
     return _answer(claimed.job, tq_id), "matched"
 
@@ -193,15 +190,6 @@ def _log_decision(resource: ClaimingResource, tq_id: int | None, job_id: int | N
             "match decision",
             extra={"site": resource.site, "task_queue_id": tq_id, "job_id": job_id},
         )
-
-
-async def _tidy_empty_queue(conn: AsyncConnection, tq_id: int) -> None:
-    """Best effort: the claim is committed and must be answered even if this fails
-    (the background sweep deletes empty queues anyway)."""
-    try:
-        await taskqueues.delete_if_empty(conn, tq_id)
-    except DatabaseError as exc:
-        log.warning("could not delete empty task queue %d: %s", tq_id, exc.cause)
 
 
 async def explain(

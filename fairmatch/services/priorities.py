@@ -37,6 +37,11 @@ from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
 NO_CORRECTIONS = CorrectionsConfig()
 KEEP_RUNS = 100  # the run history kept for GET /shares and for operators
+# A submission's provisional refresh rewrites a TQ only when its priority moves by more
+# than this fraction: shares stay within 1 % until the loop's exact run, and a submission
+# that adds one TQ does not rewrite every other TQ of its group for a slight move (each
+# rewrite is a row version, and every process's matcher reads it again).
+PROVISIONAL_TOLERANCE = 0.01
 
 
 class PolicyInputs(Protocol):
@@ -174,16 +179,26 @@ class Outcome:
     corrections: ShareCorrections = UNCORRECTED
 
 
-async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome) -> int:
+async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome, *, exact: Collection[int] | None = None) -> int:
     """Write the priorities and level counts that changed, in id order (a stable lock
-    order). Returns how many priorities changed."""
+    order). Returns how many priorities changed.
+
+    With `exact` (a provisional refresh), only the TQs it names are written whenever
+    anything changed; any other is written only when its priority moves by more than
+    PROVISIONAL_TOLERANCE, or when it is new, and a move of its origin or level
+    counts alone waits for the loop."""
     changes = []
     changed_priorities = 0
     for r in sorted(rows, key=lambda r: r["id"]):
         priority, origin = outcome.priorities[r["id"]], outcome.origins[r["id"]]
         levels = stored_levels(r["levels"])
-        new_priority = r["priority"] != priority or r["priority_origin"] != origin
-        if new_priority or stored_levels(levels_of(r["stored_levels"])) != levels:
+        provisional = exact is not None and r["id"] not in exact
+        if provisional:
+            moved = abs(priority - r["priority"]) > PROVISIONAL_TOLERANCE * max(priority, r["priority"])
+            new_priority = moved or r["priority_origin"] is None  # None: a TQ no policy has decided yet
+        else:
+            new_priority = r["priority"] != priority or r["priority_origin"] != origin
+        if new_priority or (not provisional and stored_levels(levels_of(r["stored_levels"])) != levels):
             changed_priorities += new_priority
             changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels})
     if changes:
@@ -372,12 +387,17 @@ async def _ran_recently(db: PriorityDB, now: datetime, settings: Settings) -> bo
     return last is not None and last > now - timedelta(seconds=0.9 * settings.priority.interval_seconds)
 
 
-async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
-    """Provisional priorities for groups that just got new TQs.
+async def refresh_groups(
+    conn: AsyncConnection, settings: Settings, group_names: Collection[str], exact: Collection[int] = ()
+) -> None:
+    """Provisional priorities for groups that just got new TQs, or whose TQs in `exact`
+    changed their jobs' real priorities (those are written exactly).
 
     dirac: the policy over those groups with the last full run's corrections.
     rank and multifactor place every TQ relative to all others, so they
-    decide over everything (without recording a run). The loop refines both.
+    decide over everything (without recording a run). Only the TQs whose
+    priority moves by more than PROVISIONAL_TOLERANCE are written, new ones
+    always. The loop refines both.
     """
     async with changing(conn):
         db = PriorityDB.of(conn)
@@ -387,7 +407,7 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
             rows = await db.waiting_loads()
             if rows:
                 outcome = await decide(DatabaseInputs(conn, settings), settings, NO_CORRECTIONS, rows, now)
-                await _apply(db, rows, outcome)
+                await _apply(db, rows, outcome, exact=exact)
             return
         rows = await db.waiting_loads(group_names)
         if not rows:
@@ -396,7 +416,7 @@ async def refresh_groups(conn: AsyncConnection, settings: Settings, group_names:
         policies = await db.group_policies()
         decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, last.groups, last.owners,
                                 settings.priority.sum_site_variants)  # fmt: skip
-        await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}))
+        await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}), exact=exact)
 
 
 async def shares(conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, *, runner: str) -> dict:

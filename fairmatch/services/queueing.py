@@ -31,12 +31,14 @@ async def record_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[
         log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), exc.cause)
 
 
-async def refresh_priorities(conn: AsyncConnection, settings: Settings, group_names: Collection[str]) -> None:
-    """New TQs get provisional priorities now. Best effort: the jobs are committed,
-    and the priority loop sets every priority again anyway."""
+async def refresh_priorities(
+    conn: AsyncConnection, settings: Settings, group_names: Collection[str], exact: Collection[int] = ()
+) -> None:
+    """New TQs, and those in `exact`, get provisional priorities now. Best effort: the jobs
+    are committed, and the priority loop sets every priority again anyway."""
     if not group_names:
         return
     try:
-        await priorities.refresh_groups(conn, settings, group_names)
+        await priorities.refresh_groups(conn, settings, group_names, exact)
     except DatabaseError as exc:
         log.warning("provisional priorities for %s not set: %s", sorted(group_names), exc.cause)

@@ -60,7 +60,8 @@ async def change_priority(
             await taskqueues.delete_if_empty(conn, left_tq)
         # the TQ weights and level counts depend on the jobs' real priorities, and a
         # new TQ needs a priority now
-        await refresh_priorities(conn, settings, {row.owner_group})
+        moved = {row.task_queue_id} | ({left_tq} if left_tq is not None else set())
+        await refresh_priorities(conn, settings, {row.owner_group}, exact=moved)
     return job_dict(row)
 
 

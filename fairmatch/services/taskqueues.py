@@ -1,13 +1,14 @@
 """Task queues: reading them, and the changes that run in transactions of their own.
 
 Each change runs in a `changing` transaction: this process's matcher hears
-of it once it has committed.
+of it once it has committed. A deletion is no such change (`TaskQueueDB.delete_if_empty`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,16 +34,17 @@ async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], 
 async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
     """Delete the TQ if it holds no job. True if deleted."""
     try:
-        async with changing(conn):
+        async with conn.begin():
             return await TaskQueueDB.of(conn).delete_if_empty(tq_id)
     except ConstraintViolation:
         return False  # a job arrived after all: the TQ stays
 
 
-async def delete_all_empty(conn: AsyncConnection) -> int:
-    """Sweep: delete every TQ without jobs, each in its own transaction. How many went."""
+async def delete_all_empty(conn: AsyncConnection, unchanged_for: timedelta = timedelta(0)) -> int:
+    """Sweep: delete every TQ without jobs that has not changed for `unchanged_for`,
+    each in its own transaction. How many went."""
     async with conn.begin():
-        empty = await TaskQueueDB.of(conn).empty_ids()
+        empty = await TaskQueueDB.of(conn).empty_ids(unchanged_for)
     deleted = 0
     for tq_id in empty:
         deleted += await delete_if_empty(conn, tq_id)

@@ -24,6 +24,14 @@ class TaskQueueSettings(Section):
 
     sweep_interval_seconds: float = Field(60, gt=0, description="How often task queues left empty are deleted.")
 
+    keep_empty_seconds: float = Field(
+        60,
+        ge=0,
+        description="How long a task queue without jobs is kept unchanged before the sweep deletes "
+        "it. Meanwhile a submission with the same requirements refills it instead of creating a new "
+        "queue, which would re-split its group's shares at once. 0: an empty queue goes at the next sweep.",
+    )
+
     @field_validator("cpu_buckets")
     @classmethod
     def _strictly_increasing(cls, buckets: list[int]) -> list[int]:

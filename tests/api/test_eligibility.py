@@ -639,7 +639,10 @@ def test_claim_without_pilot_reference_records_none(client):
     assert job(client, job_id)["pilot_reference"] is None
 
 
-def test_task_queue_disappears_with_its_last_job(client):
+def test_a_task_queue_emptied_by_a_match_waits_to_be_refilled(client):
+    """The last match leaves the queue in place (the sweep deletes it once it has been
+    empty for taskqueues.keep_empty_seconds): it holds no job, matches nothing, and
+    the next job with its requirements goes back into it."""
     ids = submit(client, 2, sites=["S1"])
     _, other_tq = submit_one(client, sites=["S2"])
     tq_id = job(client, ids[0])["task_queue_id"]
@@ -648,13 +651,16 @@ def test_task_queue_disappears_with_its_last_job(client):
 
     match_ids(client, resource(Site="S1"), 1)
     assert client.get(f"/taskqueues/{tq_id}").json()["jobs"] == 1
-    assert task_queue_ids(client) == {tq_id, other_tq}
 
     match_ids(client, resource(Site="S1"), 1)
-    assert task_queue_ids(client) == {other_tq}
-    assert client.get(f"/taskqueues/{tq_id}").status_code == 404
+    assert client.get(f"/taskqueues/{tq_id}").json()["jobs"] == 0
     assert match(client, resource(Site="S1")) is None
     assert {j["status"] for j in (job(client, i) for i in ids)} == {"Matched"}
+
+    [again] = submit(client, 1, sites=["S1"])
+    assert job(client, again)["task_queue_id"] == tq_id
+    assert task_queue_ids(client) == {tq_id, other_tq}
+    assert match(client, resource(Site="S1"))["job_id"] == again
 
 
 def test_matched_job_is_never_given_twice(client):

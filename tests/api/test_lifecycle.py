@@ -100,6 +100,13 @@ def count_rows(database, table: str, where: str = "1=1", **params) -> int:
     return n
 
 
+def delete_rows(database, table: str, where: str, **params) -> None:
+    engine = database.engine()
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DELETE FROM {table} WHERE {where}"), params)
+    engine.dispose()
+
+
 def in_tq_jobs(database, job_id: int) -> bool:
     return count_rows(database, "tq_jobs", "job_id = :j", j=job_id) == 1
 
@@ -144,7 +151,7 @@ def test_match_makes_job_matched_with_site_pilot_and_lease_and_takes_it_out_of_t
     assert job["matched_at"] is not None and job["lease_expires_at"] is not None
     assert ts(job["lease_expires_at"]) > ts(job["matched_at"])
     assert not in_tq_jobs(database, job_id)
-    assert task_queues(client) == {}  # its last job went: the TQ is gone
+    assert [tq["jobs"] for tq in task_queues(client).values()] == [0]  # its last job went; the sweep deletes the TQ
     assert events(database, job_id) == ["Waiting", "Matched"]
 
 
@@ -216,8 +223,9 @@ def test_stalled_job_rescheduled_is_back_in_a_task_queue_and_can_be_matched_agai
 
 def test_reschedule_of_matched_job_recreates_its_deleted_task_queue_and_clears_site(client, database):
     job_id = submit_one(client, sites=["S1", "S2"], tags=["GPU"])
-    match(client, Tag=["GPU"])
-    assert task_queues(client) == {}  # the TQ went with its last job
+    emptied = match(client, Tag=["GPU"])["task_queue_id"]
+    delete_rows(database, "task_queues", "id = :t", t=emptied)  # as the sweep does, once it has been empty a while
+    assert task_queues(client) == {}
     job = report_ok(client, job_id, "Waiting", minor_status="rescheduled")
     assert job["site"] is None and job["pilot_reference"] is None
     assert job["matched_at"] is None and job["lease_expires_at"] is None
@@ -625,9 +633,9 @@ def test_more_than_10000_jobs_in_one_request_is_422_and_stores_nothing(client, d
 # --- ids are never reused ---------------------------------------------------------------
 
 
-def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matched_from(client):
-    """A queue that empties is deleted; the next new queue must get a new id (SQLite gave
-    the same one), so that replaying a match names the queue the job came from."""
+def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matched_from(client, database):
+    """A queue that empties is deleted by the sweep; the next new queue must get a new id
+    (SQLite gave the same one), so that replaying a match names the queue the job came from."""
     pilot = {"Site": "S1", "CPUTime": 10**6, "request_id": "pilot-1-try-1"}
     [job_id] = submit(client, spec(owner="alice", owner_group="g", sites=["S1"]))
     [first_tq] = [tq["task_queue_id"] for tq in client.get("/taskqueues").json()["task_queues"]]
@@ -635,7 +643,8 @@ def test_a_deleted_queues_id_is_never_reused_and_a_replay_names_the_queue_matche
     assert (matched["job_id"], matched["task_queue_id"]) == (job_id, first_tq)
     report_ok(client, job_id, "Running")
     report_ok(client, job_id, "Done", cpu_seconds=5)
-    assert client.get("/taskqueues").json()["task_queues"] == []  # emptied, so deleted
+    delete_rows(database, "task_queues", "id = :t", t=first_tq)  # emptied, then swept
+    assert client.get("/taskqueues").json()["task_queues"] == []
     r = client.post("/jobs", json={"jobs": [spec(owner="bob", owner_group="h", sites=["S1"])]})
     second_tq = r.json()["jobs"][0]["task_queue_id"]
     assert second_tq != first_tq

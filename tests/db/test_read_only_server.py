@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import insert
 
-from fairmatch.db.raw import execute_one
+from fairmatch.db.batches import batches_of
 from fairmatch.db.tables import groups
 from fairmatch.errors import DatabaseUnavailable
 from tests.conftest import PG_ADMIN_URL
@@ -62,7 +62,7 @@ async def test_a_write_refused_as_read_only_is_unavailable_and_drops_its_connect
 
 
 async def test_a_claim_path_write_refused_as_read_only_drops_its_connection(engine, cloned, standby_like):
-    """The hot paths' statements on the driver's own connection (fairmatch/db/raw.py) alike."""
+    """The hot paths' statements on the driver's own connection (fairmatch/db/batches.py) alike."""
     statement = (
         "INSERT INTO groups (name, job_share, job_sharing, properties, allow_background_tqs, priority)"
         " VALUES (%(name)s, 1.0, false, '[]', false, 0) RETURNING name"
@@ -70,11 +70,11 @@ async def test_a_claim_path_write_refused_as_read_only_drops_its_connection(engi
     async with engine.connect() as conn:
         refused_on = await backend_pid(conn)
         with pytest.raises(DatabaseUnavailable) as refused:
-            await execute_one(conn, statement, {"name": "g1"})
+            await batches_of(engine).run(conn, statement, {"name": "g1"})
         assert "read-only transaction" in refused.value.cause
         assert conn.invalidated
     set_read_only(cloned.url, False)
     async with engine.connect() as conn:
         assert await backend_pid(conn) != refused_on
-        row = await execute_one(conn, statement, {"name": "g2"})
+        row = await batches_of(engine).run(conn, statement, {"name": "g2"})
         assert row is not None and row.name == "g2"

@@ -120,7 +120,7 @@ def test_counters_sum_over_two_workers_and_gauges_follow_the_database(served):
         assert sample(s, "fairmatch_running_jobs", owner_group="lhcb_user") == 1
         assert sample(s, "fairmatch_jobs_total", status="Matched") == 7
         assert sample(s, "fairmatch_jobs_total", status="Waiting") == 2
-        assert sample(s, "fairmatch_task_queues") == 1  # the emptied lhcb_mc queue was deleted
+        assert sample(s, "fairmatch_task_queues") == 2  # the emptied lhcb_mc queue waits for the sweep
         assert sample(s, "fairmatch_group_target_share", owner_group="lhcb_mc") == 0.5
         assert sample(s, "fairmatch_database_up") == 1
     assert len(access_pids(served, "/metrics") | access_pids(served, "/healthz")) == 2

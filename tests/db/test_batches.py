@@ -1,5 +1,6 @@
-"""Claims of one process sharing a round trip (PostgreSQL): each request still gets its
-own job or its own miss, a duplicate request id fails alone, an outage fails them all."""
+"""Claims and status reports of one process sharing a round trip (PostgreSQL): each request
+still gets its own job, miss or report, a duplicate request id or any other refused
+statement fails alone, an outage fails them all."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from fairmatch.db import claim_batches
-from fairmatch.db.claim_batches import _Claim, _send, batches_of
+from fairmatch.db import batches as batches_module
+from fairmatch.db.batches import _send, _Statement, batches_of
 from fairmatch.db.claims import CLAIM_LEVEL, Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import job_events, jobs, pilots, tq_jobs
-from fairmatch.errors import DatabaseUnavailable, DuplicateRequest, UniqueViolation, ValueRefused
-from fairmatch.jobs.models import JobSpec
+from fairmatch.errors import Conflict, DatabaseUnavailable, DuplicateRequest, UniqueViolation, ValueRefused
+from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
+from fairmatch.services import jobs as job_service
 from fairmatch.services import submission
 from fairmatch.settings import Settings
 
@@ -145,21 +147,23 @@ async def test_claims_go_on_after_failed_batches_on_the_same_connection(engine, 
     assert await _waiting(engine, tq_id) == 40 - 24
 
 
-async def test_a_failing_statement_fails_its_whole_batch_and_takes_nothing(engine, settings):
+async def test_a_failing_statement_fails_alone_and_the_others_of_its_batch_are_sent_again(engine, settings):
     tq_id = await _queue(engine, settings, 5)
     batches = batches_of(engine)
     params = _claim_params(tq_id)
+    sizes: list[int] = []
     async with engine.connect() as conn:
         outcomes = await asyncio.gather(
-            batches.claim(conn, CLAIM_LEVEL, params),  # sent at once, alone
-            batches.claim(conn, CLAIM_LEVEL, params),  # these three together, after it
-            batches.claim(conn, "SELECT 1 / 0", {}),
-            batches.claim(conn, CLAIM_LEVEL, params),
+            batches.run(conn, CLAIM_LEVEL, params),  # sent at once, alone
+            batches.run(conn, CLAIM_LEVEL, params, sizes.append),  # these three together, after it
+            batches.run(conn, "SELECT 1 / 0", {}),
+            batches.run(conn, CLAIM_LEVEL, params, sizes.append),
             return_exceptions=True,
         )
-    assert outcomes[0].id is not None
-    assert [type(o) for o in outcomes[1:]] == [ValueRefused] * 3
-    assert await _waiting(engine, tq_id) == 4  # the batch's claims were undone with it
+    assert sizes == [2, 1, 1]  # the claims of the batch of three, then each sent again alone
+    assert [o.id is not None for o in (outcomes[0], outcomes[1], outcomes[3])] == [True] * 3
+    assert isinstance(outcomes[2], ValueRefused)
+    assert await _waiting(engine, tq_id) == 5 - 3
 
 
 async def test_a_broken_connection_fails_its_batch_and_the_next_goes_on(engine, settings):
@@ -173,7 +177,7 @@ async def test_a_broken_connection_fails_its_batch_and_the_next_goes_on(engine, 
             await other.commit()
         params = _claim_params(tq_id)
         outcomes = await asyncio.gather(
-            *(batches.claim(conn, CLAIM_LEVEL, params) for _ in range(3)), return_exceptions=True
+            *(batches.run(conn, CLAIM_LEVEL, params) for _ in range(3)), return_exceptions=True
         )
     assert isinstance(outcomes[0], DatabaseUnavailable)  # sent alone on the dead connection
     assert all(o.id is not None for o in outcomes[1:])  # the next batch, on the connection renewed
@@ -200,13 +204,13 @@ async def test_a_batch_failing_where_the_driver_would_prepare_its_statement_leav
     params = _claim_params(tq_id)
     async with engine.connect() as conn:
         for i in range(4):  # the statement's runs short of the threshold, on this connection
-            await _send(conn, [_Claim(CLAIM_LEVEL, {**params, "request_id": f"r{i}"}, None)])
-        batch = [_Claim(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("r0", "x1", "x2")]
+            await _send(conn, [_Statement(CLAIM_LEVEL, {**params, "request_id": f"r{i}"}, None)])
+        batch = [_Statement(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("r0", "x1", "x2")]
         await _send(conn, batch)
         assert isinstance(batch[0].answer.exception(), UniqueViolation)
         assert all(c.answer.result().id is not None for c in batch[1:])
         for i in range(6):
-            after = _Claim(CLAIM_LEVEL, {**params, "request_id": f"y{i}"}, None)
+            after = _Statement(CLAIM_LEVEL, {**params, "request_id": f"y{i}"}, None)
             await _send(conn, [after])
             assert after.answer.result().id is not None
     assert await _waiting(engine, tq_id) == 12 - 4 - 2 - 6
@@ -218,7 +222,7 @@ async def test_a_failure_while_a_batch_is_sent_again_claim_by_claim_answers_ever
     settings = Settings()
     tq_id = await _queue(engine, settings, 5)
     params = _claim_params(tq_id)
-    real = claim_batches._pipelined
+    real = batches_module._pipelined
     calls = 0
 
     async def failing_on_the_second_resend(conn: Any, batch: list) -> list:
@@ -228,12 +232,50 @@ async def test_a_failure_while_a_batch_is_sent_again_claim_by_claim_answers_ever
             raise DatabaseUnavailable("the database went away")
         return await real(conn, batch)
 
-    monkeypatch.setattr(claim_batches, "_pipelined", failing_on_the_second_resend)
+    monkeypatch.setattr(batches_module, "_pipelined", failing_on_the_second_resend)
     async with engine.connect() as conn:
-        await _send(conn, [_Claim(CLAIM_LEVEL, {**params, "request_id": "d"}, None)])
-        batch = [_Claim(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("a", "d", "b")]
+        await _send(conn, [_Statement(CLAIM_LEVEL, {**params, "request_id": "d"}, None)])
+        batch = [_Statement(CLAIM_LEVEL, {**params, "request_id": rid}, None) for rid in ("a", "d", "b")]
         with pytest.raises(DatabaseUnavailable):
             await _send(conn, batch)
     assert batch[0].answer.result().id is not None
     assert isinstance(batch[1].answer.exception(), DatabaseUnavailable)
     assert isinstance(batch[2].answer.exception(), DatabaseUnavailable)
+
+
+async def test_status_reports_share_batches_with_claims_and_a_refused_one_changes_nothing_else(
+    engine, settings, monkeypatch
+):
+    """Reports of concurrent requests ride in the same pipelines as claims: each job takes
+    its own status and event; a report refused by its transition (409) is refused alone."""
+    tq_id = await _queue(engine, settings, 12)
+    outcomes, _ = await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)] * 6, [None] * 6)
+    matched = [o.job.id for o in outcomes if isinstance(o, Claimed)]
+    async with engine.connect() as conn, read_transaction(conn):
+        waiting = (await conn.execute(select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == tq_id).limit(1))).scalar_one()
+    sent: list[int] = []
+    real = batches_module._pipelined
+
+    async def recording(conn: Any, batch: list) -> list:
+        sent.append(len(batch))
+        return await real(conn, batch)
+
+    monkeypatch.setattr(batches_module, "_pipelined", recording)
+
+    async def report(job_id: int) -> Any:
+        async with engine.connect() as conn:
+            return await job_service.report_status(conn, job_id, StatusUpdate(status="Running"), settings)
+
+    async def claim() -> Any:
+        return (await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)], [None]))[0][0]
+
+    answers = await asyncio.gather(*(report(i) for i in [*matched, waiting]), claim(), claim(), return_exceptions=True)
+    assert max(sent) > 1
+    assert [a["status"] for a in answers[: len(matched)]] == ["Running"] * len(matched)
+    assert isinstance(answers[len(matched)], Conflict)  # Waiting -> Running is no transition
+    assert all(isinstance(a, Claimed) for a in answers[-2:])
+    async with engine.connect() as conn, read_transaction(conn):
+        running = (await conn.execute(select(func.count()).where(job_events.c.status == "Running"))).scalar_one()
+        status = (await conn.execute(select(jobs.c.status).where(jobs.c.id == waiting))).scalar_one()
+    assert running == len(matched)
+    assert status in ("Waiting", "Matched")  # untouched by the refused report (a claim may have taken it since)
