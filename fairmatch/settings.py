@@ -88,10 +88,18 @@ class RetentionSettings(Section):
     enabled: bool = Field(True, description="Purge in the background every `interval_seconds`.")
     interval_seconds: float = Field(60, gt=0, description="How often the background purge runs.")
     batch_size: int = Field(
-        1000,
+        200,
         ge=1,
         description="Rows deleted per transaction: each batch is one short transaction, so that "
         "a claim or a status report never waits long behind the purge.",
+    )
+    pause_factor: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Between two batches the purge pauses this many times as long as the batch "
+        "before took, so that claims and reports have the database in between: with 1 a purge is "
+        "busy at most half its time, and takes twice as long. 0: no pause.",
     )
     done_days: float = Field(7, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Done job is deleted.")
     failed_days: float = Field(14, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Failed job is deleted.")

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -67,23 +68,25 @@ async def purge(
     if run_id is None:
         return None
     retention = settings.retention
+    pace = _Pacer(retention.pause_factor)
     jobs = dict.fromkeys(FINAL_STATUSES, 0)
     counts = {"events": 0, "request_ids": 0, "pilots": 0, "archived": 0}
     events_before, error = None, None
     try:
         for status in FINAL_STATUSES:
-            jobs[status], archived = await _purge_jobs(conn, retention, status, now - _days(retention.days_of(status)))
+            due = now - _days(retention.days_of(status))
+            jobs[status], archived = await _purge_jobs(conn, retention, status, due, pace)
             counts["archived"] += archived
         if retention.events_days is not None:
             events_before = now - _days(retention.events_days)
-            counts["events"] = await _purge_events(conn, retention.batch_size, events_before)
+            counts["events"] = await _purge_events(conn, retention.batch_size, events_before, pace)
         request_ids_before = now - timedelta(hours=retention.request_ids_hours)
         counts["request_ids"] = await _in_batches(
-            conn, lambda db: db.delete_request_ids(request_ids_before, retention.batch_size), retention.batch_size
+            conn, lambda db: db.delete_request_ids(request_ids_before, retention.batch_size), retention.batch_size, pace
         )
         pilots_before = now - _days(retention.pilots_days)
         counts["pilots"] = await _in_batches(
-            conn, lambda db: db.delete_pilots(pilots_before, retention.batch_size), retention.batch_size
+            conn, lambda db: db.delete_pilots(pilots_before, retention.batch_size), retention.batch_size, pace
         )
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
@@ -120,15 +123,32 @@ async def _finish(conn: AsyncConnection, run_id: int, outcome: dict[str, Any]) -
     return {k: v for k, v in outcome.items() if k != "events_before"}
 
 
+class _Pacer:
+    """The pauses between a run's batches: before each, `factor` times as long as the
+    batch before it took, so that the purge's backend is busy at most 1 / (1 + factor)
+    of the run and claims and reports are not queued behind one batch after another."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor, self._owed = factor, 0.0
+
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        if self._owed > 0:
+            await asyncio.sleep(self._owed)
+        started = time.monotonic()
+        yield
+        self._owed = (time.monotonic() - started) * self.factor
+
+
 async def _purge_jobs(
-    conn: AsyncConnection, retention: RetentionSettings, status: str, before: datetime
+    conn: AsyncConnection, retention: RetentionSettings, status: str, before: datetime, pace: _Pacer
 ) -> tuple[int, int]:
     """Delete the jobs in `status` finished before `before`, archived first when set:
     (deleted, archived)."""
     deleted = archived = 0
     directory = retention.archive_dir
     while True:
-        async with conn.begin():
+        async with pace.batch(), conn.begin():
             db = RetentionDB.of(conn)
             ids = await db.finished_jobs(status, before, retention.batch_size)
             if ids and directory is not None:
@@ -146,7 +166,7 @@ def _lines(records: Iterable[dict[str, Any]]) -> list[tuple[datetime, bytes]]:
             for r in records]  # fmt: skip
 
 
-async def _purge_events(conn: AsyncConnection, batch_size: int, before: datetime) -> int:
+async def _purge_events(conn: AsyncConnection, batch_size: int, before: datetime, pace: _Pacer) -> int:
     """Delete the events of the jobs finished before `before`, from where the last run stopped."""
     async with read_transaction(conn):
         last = await RetentionDB.of(conn).events_purged_before()
@@ -154,7 +174,7 @@ async def _purge_events(conn: AsyncConnection, batch_size: int, before: datetime
     for status in FINAL_STATUSES:
         after = None if last is None else (last - EVENTS_RESCAN, 0)
         while True:
-            async with conn.begin():
+            async with pace.batch(), conn.begin():
                 db = RetentionDB.of(conn)
                 found = await db.finished_after(status, after, before, batch_size)
                 if found:
@@ -165,11 +185,11 @@ async def _purge_events(conn: AsyncConnection, batch_size: int, before: datetime
     return deleted
 
 
-async def _in_batches(conn: AsyncConnection, step: Any, batch_size: int) -> int:
+async def _in_batches(conn: AsyncConnection, step: Any, batch_size: int, pace: _Pacer) -> int:
     """`step(db)` in its own transaction until it deletes fewer than a batch: the total."""
     deleted = 0
     while True:
-        async with conn.begin():
+        async with pace.batch(), conn.begin():
             gone = await step(RetentionDB.of(conn))
         deleted += gone
         if gone < batch_size:
@@ -195,9 +215,10 @@ async def purge_jobs(
     assert run_id is not None  # a one-off purge waits for the lock and always runs
     jobs, archived = dict.fromkeys(chosen, 0), 0
     error = None
+    pace = _Pacer(retention.pause_factor)  # as the background purge: matching keeps its share meanwhile
     try:
         for status in chosen:
-            jobs[status], archived_now = await _purge_jobs(conn, retention, status, before)
+            jobs[status], archived_now = await _purge_jobs(conn, retention, status, before, pace)
             archived += archived_now
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
