@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -27,7 +28,7 @@ async def _run(factor: float) -> list[float]:
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_each_batch_waits_factor_times_the_one_before(anyio_backend):
     starts = await _run(3.0)
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    gaps = [b - a for a, b in pairwise(starts)]
     # each gap: the batch (BATCH_S) and its pause (3 x BATCH_S); a loaded machine only adds
     assert all(4 * BATCH_S <= gap < 4 * BATCH_S + 0.5 for gap in gaps), gaps
 
@@ -35,5 +36,5 @@ async def test_each_batch_waits_factor_times_the_one_before(anyio_backend):
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_no_pause_with_factor_0(anyio_backend):
     starts = await _run(0.0)
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    gaps = [b - a for a, b in pairwise(starts)]
     assert all(BATCH_S <= gap < 3.5 * BATCH_S for gap in gaps), gaps
