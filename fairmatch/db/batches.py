@@ -22,13 +22,13 @@ reached fails every statement of the batch, as it would have failed each alone.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from fairmatch.db.engine import PerEngine
 from fairmatch.db.raw import Row, autocommitted, row_of
 from fairmatch.errors import DatabaseError, DatabaseUnavailable
 
@@ -153,12 +153,9 @@ def _fail(statement: _Statement, exc: BaseException) -> None:
         statement.answer.set_exception(exc)
 
 
-_BATCHES: weakref.WeakKeyDictionary[Any, Batches] = weakref.WeakKeyDictionary()
+_BATCHES = PerEngine(Batches)
 
 
 def batches_of(engine: AsyncEngine) -> Batches:
     """The one batcher of this engine's process."""
-    batches = _BATCHES.get(engine.sync_engine)
-    if batches is None:
-        batches = _BATCHES[engine.sync_engine] = Batches()
-    return batches
+    return _BATCHES.of(engine)

@@ -10,7 +10,6 @@ flush that fails keeps its counts for the next one.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.clock import as_utc
-from fairmatch.db.engine import read_transaction
+from fairmatch.db.engine import PerEngine, read_transaction
 from fairmatch.db.pilots import Cursor, EmptyMatches, PilotDB, PilotFilter, pilot_dict
 from fairmatch.errors import NotFound
 
@@ -90,15 +89,12 @@ class EmptyMatchTally:
                 new.benchmark = old.benchmark
 
 
-_TALLIES: weakref.WeakKeyDictionary[Any, EmptyMatchTally] = weakref.WeakKeyDictionary()
+_TALLIES = PerEngine(EmptyMatchTally)
 
 
 def tally_of(engine: AsyncEngine) -> EmptyMatchTally:
     """The one tally of this engine's process."""
-    tally = _TALLIES.get(engine.sync_engine)
-    if tally is None:
-        tally = _TALLIES[engine.sync_engine] = EmptyMatchTally()
-    return tally
+    return _TALLIES.of(engine)
 
 
 async def flush_empty_matches(conn: AsyncConnection) -> int:
