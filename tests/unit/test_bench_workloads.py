@@ -16,6 +16,7 @@ import filecmp
 import itertools
 import os
 import random
+import time
 from collections import Counter
 
 import psycopg
@@ -270,6 +271,13 @@ def test_a_loaded_workload_is_served(tmp_path):
         database = harness.TestDatabase("postgresql", url, url.replace("://", "+psycopg://", 1))
         server = harness.start_server(database, tmp_path)
         with server.client() as client:
+            # the server's first scheduled priority run recounts every level; what follows checks
+            # the loader's bookkeeping against the submission's own counts, so it waits for that
+            # run to be over (the next one is an interval away) instead of racing it
+            deadline = time.monotonic() + 30
+            while not (client.get("/status").json().get("last_priority_run") or {}).get("finished_at"):
+                assert time.monotonic() < deadline, "no priority run within 30 s"
+                time.sleep(0.1)
             resources = pilots(workload, 20, 0)
             catalog = catalog_of(workload)
             for resource in resources:  # the service, on the loaded database, lists what the workload's TQs give
