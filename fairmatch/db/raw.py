@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -43,8 +44,11 @@ async def autocommitted(conn: AsyncConnection) -> AsyncIterator[psycopg.AsyncCon
             if not raw.closed:
                 await raw.set_autocommit(False)
     except psycopg.Error as exc:
-        # a standby's connection (read-only) is as useless to a claim as a broken one
-        broken = raw.broken or raw.closed or refused_as_read_only(exc)
+        # a standby's connection (read-only) is as useless to a claim as a broken one, and so is
+        # one left mid-statement (a pipeline the server cut off: its reset then fails, and that
+        # error would otherwise hide the lost connection)
+        stuck = raw.info.transaction_status in (TransactionStatus.ACTIVE, TransactionStatus.UNKNOWN)
+        broken = raw.broken or raw.closed or stuck or refused_as_read_only(exc)
         if broken:
             await conn.invalidate()
         wrapped = DBAPIError.instance(None, None, exc, psycopg.Error, connection_invalidated=broken)
