@@ -202,6 +202,8 @@ def _soak(results: dict) -> list[str]:
         purged = "the server keeps no purge runs"
     else:
         purged = "deleted " + ", ".join(f"{_n(n)} {kind.replace('_', ' ')}" for kind, n in s["rows_purged"].items())
+        rebuilt = s.get("indexes_rebuilt") or {}
+        purged += "; indexes rebuilt: " + (", ".join(f"{i} {n}×" for i, n in rebuilt.items()) or "none")
         purged += "".join(f"; purge error: {e}" for e in sorted(set(s.get("purge_errors") or [])))
     lines = [f"#### Soak: {s['pilots']} pilots for {s['seconds']:,} s, {s['waiting_jobs']:,} jobs kept waiting,"
              f" retention {s['retention_s']} s, a purge every {s['purge_interval_s']} s", "",

@@ -125,6 +125,15 @@ def rows_purged(runs: Sequence[dict]) -> dict[str, int]:
     }
 
 
+def indexes_rebuilt(runs: Sequence[dict]) -> dict[str, int]:
+    """How often the purges rebuilt each index (a server that rebuilds none: empty)."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        for entry in run.get("indexes_rebuilt") or ():
+            counts[entry["index"]] = counts.get(entry["index"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
 # --- what the run gives
 
 
@@ -282,6 +291,7 @@ def soak_section(b: Bench) -> dict:
         # counted from the pilots' start; those of the set-up are drawn, and found nothing to delete
         "purge_count": None if runs is None else len(during),
         "rows_purged": None if runs is None else rows_purged(during),
+        "indexes_rebuilt": None if runs is None else indexes_rebuilt(during),
         "purge_errors": None if runs is None else [r["error"] for r in runs if r.get("error")],
         "purge_latency": purge_latency(times, runs),
         "autovacuum_runs": {t: {k: n - autovacuum_at_start.get(t, {}).get(k, 0) for k, n in counts.items()}

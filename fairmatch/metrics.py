@@ -61,6 +61,11 @@ JOBS_PURGED = Counter(
     "Finished jobs deleted by the purge (background or one-off), by final status.",
     ["status"],
 )
+INDEXES_REBUILT = Counter(
+    "fairmatch_indexes_rebuilt",
+    "Indexes rebuilt after a purge because they had grown past what their entries need, by index.",
+    ["index"],
+)
 HTTP_REQUESTS = Counter(
     "fairmatch_http_requests",
     "HTTP requests by method, route template and status code.",

@@ -126,6 +126,22 @@ class RetentionSettings(Section):
         "per UTC day of `finished_at` (`jobs-YYYY-MM-DD.jsonl.gz`). Unset: jobs are deleted unarchived.",
     )
 
+    index_rebuild_ratio: float | None = Field(
+        2.0,
+        gt=1,
+        description="After each background purge, an index at least this many times the size its "
+        "entries need (estimated from PostgreSQL's statistics) is rebuilt with `REINDEX INDEX "
+        "CONCURRENTLY`, which stops no claim or report: the indexes ordered by job id otherwise keep "
+        "a page for each long-waiting job among the purged ones, and grow with every job ever "
+        "submitted. Unset: never rebuilt. SQLite has nothing to rebuild.",
+    )
+    index_rebuild_min_mb: float = Field(
+        16,
+        ge=0,
+        description="An index is rebuilt only when it also wastes at least this many MiB over its "
+        "need: a small index is not worth a rebuild.",
+    )
+
     @model_validator(mode="after")
     def _events_go_before_their_jobs(self) -> RetentionSettings:
         shortest = min(self.done_days, self.failed_days, self.killed_days)

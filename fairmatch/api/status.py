@@ -52,6 +52,12 @@ class LastPriorityRun(BaseModel):
     task_queues: int
 
 
+class RebuiltIndex(BaseModel):
+    index: str
+    bytes_before: int = Field(description="Its size when the purge found it bloated.")
+    bytes_after: int = Field(description="Its size rebuilt.")
+
+
 class LastPurge(BaseModel):
     runner: str = Field(description="The process that ran it (host:pid), or the admin of a one-off purge.")
     started_at: datetime
@@ -62,6 +68,9 @@ class LastPurge(BaseModel):
     pilots: int = Field(description="Pilot records deleted.")
     archived: int = Field(description="Jobs written to the archive before they were deleted.")
     error: str | None = Field(description="Why the purge stopped early (an unwritable archive); null when it did not.")
+    indexes_rebuilt: list[RebuiltIndex] = Field(
+        default=[], description="Indexes rebuilt after the deletions (retention.index_rebuild_ratio)."
+    )
 
 
 class DatabaseWarning(BaseModel):

@@ -12,6 +12,7 @@ from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.render import new_table, show, timestamp
 
 COUNTS = ("waiting", "matched", "running", "stalled")
+MIB = 1 << 20
 
 app = typer.Typer()
 
@@ -66,8 +67,15 @@ def last_purge_table(run: dict | None) -> Table:
     jobs = ", ".join(f"{status} {count}" for status, count in sorted(run["jobs"].items()))
     table.add_row(run["runner"], when(run["finished_at"]), jobs, str(run["events"]), str(run["request_ids"]),
                   str(run["pilots"]), str(run["archived"]))  # fmt: skip
-    if run["error"]:
-        table.caption = f"error: {run['error']}"
+    notes = [f"error: {run['error']}"] if run["error"] else []
+    if rebuilt := run.get("indexes_rebuilt"):
+        notes.append(
+            "indexes rebuilt: "
+            + ", ".join(
+                f"{r['index']} {r['bytes_before'] / MIB:.1f} → {r['bytes_after'] / MIB:.1f} MiB" for r in rebuilt
+            )
+        )
+    table.caption = "; ".join(notes) or None
     return table
 
 

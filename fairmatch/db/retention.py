@@ -161,6 +161,7 @@ class RetentionDB(AreaDB):
             "pilots": row.pilots,
             "archived": row.archived,
             "error": row.error,
+            "indexes_rebuilt": row.indexes_rebuilt or [],
         }
 
     async def events_purged_before(self) -> datetime | None:

@@ -10,6 +10,10 @@ With `retention.archive_dir` each batch's jobs are appended to the archive
 and synced before the batch's delete commits; an archive that cannot be
 written stops the purge before it deletes another job.
 
+After the deletions, the indexes grown far past what their entries need are
+rebuilt (fairmatch.db.indexes says why they grow), one at a time and paced as
+the batches are; an invalid copy left by a rebuild cut short is dropped first.
+
 Nothing the priority policies read goes: usage charges and totals carry no
 reference to a job's row, the running-job history counts samples, and only
 final jobs (never Waiting, Matched, Running or Stalled) are deleted.
@@ -29,11 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.indexes import IndexDB
 from fairmatch.db.retention import RetentionDB
 from fairmatch.errors import ArchiveUnavailable
 from fairmatch.jobs import archive
 from fairmatch.jobs.lifecycle import FINAL
-from fairmatch.metrics import JOBS_PURGED
+from fairmatch.metrics import INDEXES_REBUILT, JOBS_PURGED
 from fairmatch.settings import RetentionSettings, Settings
 
 log = logging.getLogger("fairmatch.retention")
@@ -50,6 +55,7 @@ EVENTS_RESCAN = timedelta(hours=1)
 # batch skips the rows the other holds, and the archive's appends are locked.
 STALE_RUN = timedelta(minutes=10)
 SHUTDOWN = "purge stopped: the service shut down"  # a run cut short by a stop, recorded as such
+MIB = 1 << 20
 
 
 def _days(days: float) -> timedelta:
@@ -72,6 +78,7 @@ async def purge(
     jobs = dict.fromkeys(FINAL_STATUSES, 0)
     counts = {"events": 0, "request_ids": 0, "pilots": 0, "archived": 0}
     events_before, error = None, None
+    rebuilt: list[dict[str, Any]] = []
     try:
         for status in FINAL_STATUSES:
             due = now - _days(retention.days_of(status))
@@ -88,6 +95,7 @@ async def purge(
         counts["pilots"] = await _in_batches(
             conn, lambda db: db.delete_pilots(pilots_before, retention.batch_size), retention.batch_size, pace
         )
+        rebuilt = await _rebuild_bloated_indexes(conn, retention, pace)
     except archive.ArchiveError as exc:
         error = f"purge stopped, nothing more deleted: {exc}"
         log.error("%s", error)
@@ -99,7 +107,8 @@ async def purge(
         with contextlib.suppress(Exception):
             await _finish(conn, run_id, {"jobs": jobs, **counts, "error": SHUTDOWN})
         raise
-    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error}
+    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error,
+               "indexes_rebuilt": rebuilt or None}  # fmt: skip
     return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}
 
 
@@ -194,6 +203,33 @@ async def _in_batches(conn: AsyncConnection, step: Any, batch_size: int, pace: _
         deleted += gone
         if gone < batch_size:
             return deleted
+
+
+async def _rebuild_bloated_indexes(
+    conn: AsyncConnection, retention: RetentionSettings, pace: _Pacer
+) -> list[dict[str, Any]]:
+    """Rebuild the indexes `retention` finds bloated: each with its size before and after."""
+    ratio = retention.index_rebuild_ratio
+    if ratio is None:
+        return []
+    async with read_transaction(conn):
+        db = IndexDB.of(conn)
+        leftovers, sizes = await db.leftovers(), await db.sizes()
+    db = IndexDB.of(conn)
+    for name in leftovers:
+        log.warning("dropping %s, an invalid copy left by an index rebuild that did not finish", name)
+        await db.drop(name)
+    rebuilt = []
+    for index in sizes:
+        if not index.bloated(ratio, round(retention.index_rebuild_min_mb * MIB)):
+            continue
+        async with pace.batch():
+            after = await db.rebuild(index.name)
+        INDEXES_REBUILT.labels(index=index.name).inc()
+        log.info("rebuilt index %s of %s: %.1f MiB, now %.1f MiB (its entries need about %.1f MiB)",
+                 index.name, index.table, index.bytes / MIB, after / MIB, (index.needed_bytes or 0) / MIB)  # fmt: skip
+        rebuilt.append({"index": index.name, "bytes_before": index.bytes, "bytes_after": after})
+    return rebuilt
 
 
 async def purge_jobs(

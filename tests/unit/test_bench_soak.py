@@ -170,7 +170,8 @@ def test_sizes_and_jobs_are_sampled_from_postgresql(clean, request):
 
 def _soak() -> dict:
     purges = [{"t_s": 25.0, "started_at": 1025.0, "finished_at": 1026.5, "jobs": {"Done": 30, "Failed": 10},
-               "events": 0, "request_ids": 38, "pilots": 3, "archived": 0, "error": None}]  # fmt: skip
+               "events": 0, "request_ids": 38, "pilots": 3, "archived": 0, "error": None,
+               "indexes_rebuilt": [{"index": "pk_jobs", "bytes_before": 9 << 20, "bytes_after": 2 << 20}]}]  # fmt: skip
     samples = [{"t_s": t, "at": 1000.0 + t, "database_bytes": (50 + t / 10) * 2**20, "jobs": {"Waiting": 100, "Done": t},
                 "tables": {"jobs": {"bytes": 2**20, "dead": 5}, "job_events": {"bytes": 2**21, "dead": 0}},
                 "matches_per_s": 300.0, "match_p99_ms": 40.0}
@@ -181,6 +182,7 @@ def _soak() -> dict:
         "matches_per_s": 310.0, "jobs_per_s": 305.0, "error_count": 0,
         "submitted": {"jobs_per_s": 300.0, "error": None}, "samples": samples, "size": size,
         "purges": purges, "purge_count": 1, "purge_errors": [], "rows_purged": run_soak.rows_purged(purges),
+        "indexes_rebuilt": run_soak.indexes_rebuilt(purges),
         "purge_latency": {"during": {"count": 10, "p99_ms": 60.0}, "outside": {"count": 900, "p99_ms": 50.0},
                           "p99_ratio": 1.2, "holds": True},
         "autovacuum_runs": {"jobs": {"autovacuum": 2, "autoanalyze": 3}},
@@ -202,7 +204,9 @@ def test_the_report_gives_the_soak_and_its_targets():
     assert "| 60 | 56.0 | 1.0 | — | 2.0 | — | 5 | 100 | 60 | 300 | 40.0 |" in report
     assert "| 120 | 62.0 |" in report and "| 10 | 51.0 |" not in report  # one row a minute, and the last
     assert (
-        "Purges: 1; deleted 40 jobs, 0 events, 38 request ids, 3 pilots, 0 archived." in report and "jobs 2/3" in report
+        "Purges: 1; deleted 40 jobs, 0 events, 38 request ids, 3 pilots, 0 archived; indexes rebuilt: pk_jobs 1×."
+        in report
+        and "jobs 2/3" in report
     )
 
 
