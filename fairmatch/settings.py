@@ -126,14 +126,14 @@ class RetentionSettings(Section):
         "per UTC day of `finished_at` (`jobs-YYYY-MM-DD.jsonl.gz`). Unset: jobs are deleted unarchived.",
     )
 
-    index_rebuild_ratio: float | None = Field(
+    index_rebuild_ratio: float = Field(
         2.0,
-        gt=1,
+        ge=0,
         description="After each background purge, an index at least this many times the size its "
         "entries need (estimated from PostgreSQL's statistics) is rebuilt with `REINDEX INDEX "
         "CONCURRENTLY`, which stops no claim or report: the indexes ordered by job id otherwise keep "
         "a page for each long-waiting job among the purged ones, and grow with every job ever "
-        "submitted. Unset: never rebuilt. SQLite has nothing to rebuild.",
+        "submitted. 0: never rebuilt; otherwise above 1. SQLite has nothing to rebuild.",
     )
     index_rebuild_min_mb: float = Field(
         16,
@@ -149,6 +149,15 @@ class RetentionSettings(Section):
             raise ValueError(
                 f"retention.events_days = {self.events_days:g} is not shorter than the {shortest:g} days "
                 "a finished job is kept: unset it (events go with their job) or make it shorter"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _rebuilds_only_what_grew(self) -> RetentionSettings:
+        if 0 < self.index_rebuild_ratio <= 1:
+            raise ValueError(
+                f"retention.index_rebuild_ratio = {self.index_rebuild_ratio:g} would rebuild indexes that "
+                "have not grown: use a ratio above 1 (2 rebuilds an index twice its need), or 0 for never"
             )
         return self
 

@@ -19,13 +19,13 @@ listed there.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from psycopg import sql
 from sqlalchemy import text
 
 from fairmatch.db.base import AreaDB
+from fairmatch.db.raw import autocommitted
 
 PAGE = 8192
 # a page's own header and B-tree's special space: what is left holds entries
@@ -142,27 +142,22 @@ class PostgresIndexDB(IndexDB, dialect="postgresql"):
         return list((await self.conn.execute(_LEFTOVERS)).scalars())
 
     async def rebuild(self, name: str) -> int:
-        async with self._autocommitted():
-            await self.conn.exec_driver_sql(f"REINDEX INDEX CONCURRENTLY {self._quoted(name)}")
-            size = await self.conn.execute(text("SELECT pg_relation_size(to_regclass(:name))"), {"name": name})
-        return int(size.scalar_one() or 0)
+        async with autocommitted(self.conn) as driver:
+            await driver.execute(_command("REINDEX INDEX CONCURRENTLY {}", name))
+            size = await (await driver.execute(_SIZE_OF, (name,))).fetchone()
+        return int(size[0] or 0) if size else 0
 
     async def drop(self, name: str) -> None:
-        async with self._autocommitted():
-            await self.conn.exec_driver_sql(f"DROP INDEX CONCURRENTLY IF EXISTS {self._quoted(name)}")
+        async with autocommitted(self.conn) as driver:
+            await driver.execute(_command("DROP INDEX CONCURRENTLY IF EXISTS {}", name))
 
-    def _quoted(self, name: str) -> str:
-        return self.conn.dialect.identifier_preparer.quote_identifier(name)
 
-    @asynccontextmanager
-    async def _autocommitted(self) -> AsyncIterator[None]:
-        """Both commands run their own transactions: they refuse to run inside one."""
-        await self.conn.execution_options(isolation_level="AUTOCOMMIT")
-        try:
-            async with self.conn.begin():
-                yield
-        finally:
-            await self.conn.execution_options(isolation_level=self.conn.default_isolation_level)
+_SIZE_OF = "SELECT pg_relation_size(to_regclass(%s))"
+
+
+def _command(template: str, index: str) -> sql.Composed:
+    """A command on one index (no bound parameter can name it): the name quoted by the driver."""
+    return sql.SQL(template).format(sql.Identifier(index))
 
 
 class SQLiteIndexDB(IndexDB, dialect="sqlite"):

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import bindparam, case, delete, exists, func, insert, select, update
 
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
@@ -153,6 +153,13 @@ class PriorityDB(AreaDB):
         # The TQ rows and the oldest jobs are then read by key (a join would have
         # the planner repeat the pass in every parallel worker).
         tq = task_queues
+        # Each TQ's version before the pass: a submission that counts arrivals into a TQ
+        # after it moves `changed_at`, and set_priorities then leaves that TQ's levels
+        # alone rather than write counts that miss those jobs.
+        versions = select(tq.c.id, tq.c.changed_at)
+        if only_groups is not None:
+            versions = versions.where(tq.c.owner_group.in_(sorted(only_groups)))
+        levels_as_of = dict((await self.conn.execute(versions)).all())
         per_level = select(
             tq_jobs.c.tq_id,
             tq_jobs.c.real_priority,
@@ -186,19 +193,22 @@ class PriorityDB(AreaDB):
             for row in rows:
                 counts = levels[row.id]
                 loads.append({**row._asdict(), "levels": counts, **load_of(counts),
-                              "submitted_at": submitted[oldest[row.id]]})  # fmt: skip
+                              "submitted_at": submitted[oldest[row.id]], "levels_as_of": levels_as_of.get(row.id)})  # fmt: skip
         return loads
 
     async def set_priorities(self, changes: list[dict[str, Any]]) -> None:
-        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order.
+        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order;
+        the levels only if the TQ's `changed_at` is still `levels_as_of` (waiting_loads).
         In a `changing` transaction."""
+        tq = task_queues
+        unchanged = tq.c.changed_at == bindparam("levels_as_of", type_=tq.c.changed_at.type)
         await self.conn.execute(
-            update(task_queues)
-            .where(task_queues.c.id == bindparam("tq"))
+            update(tq)
+            .where(tq.c.id == bindparam("tq"))
             .values(
                 priority=bindparam("priority"),
                 priority_origin=bindparam("origin"),
-                levels=bindparam("levels"),
+                levels=case((unchanged, bindparam("levels", type_=tq.c.levels.type)), else_=tq.c.levels),
                 changed_at=self.change_time(),
             ),
             changes,

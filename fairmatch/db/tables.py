@@ -286,7 +286,7 @@ purge_runs = Table(
     # the events of jobs finished before this were deleted: where the next run's events purge starts
     Column("events_before", DateTime(timezone=True)),
     Column("error", Text),
-    # [{index, bytes_before, bytes_after}]: the indexes the run rebuilt (NULL: none)
+    # [{index, bytes_before, bytes_after}]: the indexes the run rebuilt (NULL: a run before they were)
     Column("indexes_rebuilt", JSON),
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )

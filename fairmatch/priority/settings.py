@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +13,12 @@ from fairmatch.sections import Section
 
 
 class RankSettings(Section):
-    window_days: float = Field(24, gt=0, description="USED is the fraction of usage in this window.")
+    window_days: float = Field(
+        24,
+        gt=0,
+        description="USED is the fraction of usage in this window. Under rank every charge is kept "
+        "this long; the other policies read only the folded totals and drop a charge once folded.",
+    )
     vo_factor: float = Field(100, ge=0, description="FACTOR of the VO level.")
     group_factor: float = Field(100, ge=0, description="FACTOR of the group level.")
     user_factor: float = Field(100, ge=0, description="FACTOR of the user level.")
@@ -126,6 +132,10 @@ class PrioritySettings(Section):
     )
     rank: RankSettings = Field(default_factory=RankSettings)
     multifactor: MultifactorSettings = Field(default_factory=MultifactorSettings)
+
+    def charges_kept(self) -> timedelta:
+        """How long a folded charge is kept: rank's window reads each charge, the other policies none."""
+        return timedelta(days=self.rank.window_days) if self.policy == "rank" else timedelta(0)
 
     @model_validator(mode="after")
     def _read_by_the_policy(self) -> PrioritySettings:

@@ -98,8 +98,8 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
     async def sample(conn: AsyncConnection) -> bool:
         now = utcnow()
         took = await history.sample(conn, now, p.sample_seconds, keep_seconds=max(keep, 3600))
-        if took:  # the charge log only serves the rank policy's window
-            await accounting.prune_charges(conn, now - timedelta(days=p.rank.window_days))
+        if took:  # folded charges serve only the rank policy's window
+            await accounting.prune_charges(conn, now - p.charges_kept())
         return took
 
     async def sweep_task_queues(conn: AsyncConnection) -> int:

@@ -107,8 +107,7 @@ async def purge(
         with contextlib.suppress(Exception):
             await _finish(conn, run_id, {"jobs": jobs, **counts, "error": SHUTDOWN})
         raise
-    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error,
-               "indexes_rebuilt": rebuilt or None}  # fmt: skip
+    outcome = {"jobs": jobs, **counts, "events_before": events_before, "error": error, "indexes_rebuilt": rebuilt}
     return {"runner": runner, "started_at": started, **await _finish(conn, run_id, outcome)}
 
 
@@ -210,7 +209,7 @@ async def _rebuild_bloated_indexes(
 ) -> list[dict[str, Any]]:
     """Rebuild the indexes `retention` finds bloated: each with its size before and after."""
     ratio = retention.index_rebuild_ratio
-    if ratio is None:
+    if ratio == 0:
         return []
     async with read_transaction(conn):
         db = IndexDB.of(conn)

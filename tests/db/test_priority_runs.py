@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
 from fairmatch.clock import utcnow
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.priorities import PostgresPriorityDB, PriorityDB
+from fairmatch.db.tables import task_queues
 from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 
 pytestmark = pytest.mark.anyio
+
+PILOT = {"Site": "S", "CPUTime": 10**6}
 
 CORRECTED = ShareCorrections(
     enabled=True,
@@ -53,3 +58,33 @@ async def test_new_task_queues_take_the_latest_run_s_corrections(engine, world_o
     origins = {tq["owner"]: tq["priority_origin"] for tq in await world.task_queues()}
     assert (origins["alice"]["group_correction"], origins["alice"]["user_correction"]) == (0.8, 0.5)
     assert (origins["carol"]["group_correction"], origins["carol"]["user_correction"]) == (1.0, 1.0)
+
+
+async def stored_levels(world) -> dict[float, int]:
+    async with read_transaction(world.conn):
+        (levels,) = (await world.conn.execute(select(task_queues.c.levels))).scalars()
+    return {float(p): int(n) for p, n in levels}
+
+
+@pytest.mark.parametrize("template", ["postgresql"], indirect=True)
+async def test_jobs_counted_into_a_queue_while_a_run_reads_keep_their_level(world_of, monkeypatch):
+    """A run reads the waiting jobs, a submission adds a level to a queue and commits, then
+    the run writes: the new level stays (the run leaves that queue's levels to the next)."""
+    world, other = await world_of(), await world_of()
+    await world.submit([{"owner": "alice", "owner_group": "g", "user_priority": 1}] * 3)
+    assert await world.match(PILOT) is not None  # claims do not subtract: the run has counts to rewrite
+    (first_level,) = await stored_levels(world)
+    read = PostgresPriorityDB.waiting_loads
+
+    async def then_a_submission(self, *args, **kwargs):
+        rows = await read(self, *args, **kwargs)
+        await other.submit([{"owner": "alice", "owner_group": "g", "user_priority": 5}])
+        return rows
+
+    monkeypatch.setattr(PostgresPriorityDB, "waiting_loads", then_a_submission)
+    await world.recompute()
+    levels = await stored_levels(world)
+    assert levels[first_level] == 3 and len(levels) == 2  # untouched: the arrival's count stands
+    monkeypatch.undo()
+    await world.recompute()  # the next run counts both exactly
+    assert sorted((await stored_levels(world)).values()) == [1, 2]

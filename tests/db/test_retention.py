@@ -111,7 +111,7 @@ async def test_final_jobs_go_after_their_days_with_their_specs_events_and_reques
     assert await purge(world, days_ahead(0.5)) | {"jobs": None} == {
         "runner": "test", "started_at": pytest.approx(utcnow(), abs=timedelta(seconds=30)),
         "finished_at": pytest.approx(utcnow(), abs=timedelta(seconds=30)), "jobs": None, "events": 0,
-        "request_ids": 0, "pilots": 0, "archived": 0, "error": None, "indexes_rebuilt": None,
+        "request_ids": 0, "pilots": 0, "archived": 0, "error": None, "indexes_rebuilt": [],
     }  # fmt: skip
     assert await job_ids(world) == everything
     run = await purge(world, days_ahead(1.5))

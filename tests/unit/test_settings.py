@@ -1,6 +1,7 @@
 """Settings: TOML file, environment overrides, validation."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from pydantic import ValidationError
@@ -242,3 +243,19 @@ def test_events_kept_as_long_as_their_jobs_are_refused_by_name(no_config):
     assert Settings(retention={"events_days": 1, "done_days": 2}).retention.events_days == 1
     with pytest.raises(ValidationError, match=re.escape("retention.events_days = 7 is not shorter than the 2 days")):
         Settings(retention={"events_days": 7, "killed_days": 2})
+
+
+def test_an_index_rebuild_ratio_that_would_rebuild_what_never_grew_is_refused(no_config):
+    assert Settings().retention.index_rebuild_ratio == 2
+    assert Settings(retention={"index_rebuild_ratio": 0}).retention.index_rebuild_ratio == 0  # never
+    with pytest.raises(ValidationError, match=re.escape("retention.index_rebuild_ratio = 0.5 would rebuild")):
+        Settings(retention={"index_rebuild_ratio": 0.5})
+    with pytest.raises(ValidationError, match="index_rebuild_min_mb"):
+        Settings(retention={"index_rebuild_min_mb": -1})
+
+
+def test_folded_charges_are_kept_only_for_the_rank_window_that_reads_them(no_config):
+    assert Settings().priority.charges_kept() == timedelta(0)  # dirac reads the totals only
+    assert Settings(priority={"policy": "multifactor"}).priority.charges_kept() == timedelta(0)
+    ranked = Settings(priority={"policy": "rank", "rank": {"window_days": 3}})
+    assert ranked.priority.charges_kept() == timedelta(days=3)
