@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, Strict
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, Strict
 
 MAX_NAME = 255
 MAX_VALUES = 1000
@@ -49,3 +49,22 @@ NameList = Annotated[
 
 # An integer from JSON: true/false are not numbers, and neither are strings.
 Int = Annotated[int, Strict()]
+
+
+MAX_MOMENT = 64  # an ISO 8601 time with microseconds and a zone is 32 characters
+
+
+def _short_text(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_MOMENT:
+        raise ValueError(f"a time is at most {MAX_MOMENT} characters")
+    return value
+
+
+# A point in time from outside: ISO 8601 with its zone, as bounded as every other string.
+Moment = Annotated[
+    AwareDatetime,
+    BeforeValidator(
+        _short_text,
+        json_schema_input_type=Annotated[str, Field(max_length=MAX_MOMENT, json_schema_extra={"format": "date-time"})],
+    ),
+]

@@ -100,6 +100,14 @@ async def put_associations(request: Request, caller: Admin, conn: Connection, se
     return {"associations": await accounting.replace_associations(conn, rows, settings)}
 
 
+@router.delete("", status_code=204, summary="Remove the association tree (admin)")
+async def delete_associations(caller: Admin, conn: Connection, settings: CurrentSettings) -> Response:
+    """As if none had been imported: any account is accepted again, and fair shares come from the
+    groups and their owners. Charges logged before are folded first, up the tree they were made under."""
+    await accounting.replace_associations(conn, [], settings)
+    return Response(status_code=204)
+
+
 @router.get(
     "",
     response_model=None,  # the answer is built here: text by default, JSON when asked

@@ -27,6 +27,10 @@ class Group(BaseModel):
     allow_background_tqs: bool
     priority: int
     description: str | None
+    configured: bool = Field(
+        description="false for a group with waiting jobs but no configuration: the values shown are "
+        "the defaults the policies give it."
+    )
 
 
 class GroupList(BaseModel):
@@ -41,6 +45,8 @@ def _visible_groups(caller: Principal) -> frozenset[str] | None:
 
 @router.get("", response_model=GroupList, summary="All groups (a user: its own), by name")
 async def list_groups(caller: Submitters, conn: Connection) -> dict:
+    """The configured groups, and those with waiting jobs but no configuration (`configured`
+    false, shown with the defaults they get)."""
     return {"groups": await group_service.list_groups(conn, _visible_groups(caller))}
 
 
@@ -62,3 +68,11 @@ async def put_group(name: GroupName, body: GroupUpdate, caller: Admin, conn: Con
     if created:
         response.status_code = 201
     return group
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a group's configuration (admin)")
+async def delete_group(name: GroupName, caller: Admin, conn: Connection) -> Response:
+    """The group's jobs stay and get the defaults (share 1000, no property) from the next
+    priority run. A group named in the configuration file comes back at the next start."""
+    await group_service.delete_group(conn, name)
+    return Response(status_code=204)

@@ -68,3 +68,16 @@ async def put_job_class(
     if created:
         response.status_code = 201
     return job_class.as_dict()
+
+
+@router.delete(
+    NAME_PATH,
+    status_code=204,
+    responses={409: {"description": "Waiting jobs are queued in the class."}},
+    summary="Delete a job class no waiting job uses (admin)",
+)
+async def delete_job_class(name: ClassName, caller: Admin, conn: Connection) -> Response:
+    """Refused with a 409 while waiting jobs use the class: kill, reschedule or change their class
+    first. Jobs that run or finished keep its name."""
+    await class_service.delete_class(conn, name)
+    return Response(status_code=204)

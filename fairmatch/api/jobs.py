@@ -16,10 +16,9 @@ from fairmatch.api.schemas import Job, JobPage, PurgeResult, SubmitResponse
 from fairmatch.auth import policy
 from fairmatch.clock import utcnow
 from fairmatch.errors import BadRequest, InvalidInput
-from fairmatch.fields import MAX_NAME, NAME_PATTERN
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
-from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.filters import MAX_ID, JobQuery
 from fairmatch.jobs.models import PurgeRequest, StatusUpdate, SubmitRequest
 from fairmatch.metrics import SUBMITTED_JOBS
 from fairmatch.services import job_classes, jobs, reprioritise, retention, submission
@@ -30,7 +29,6 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 # the status reports apart, so that the application can route them before the rest
 reports = APIRouter(prefix="/jobs", tags=["jobs"])
 
-MAX_ID = 2**63 - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 
 
@@ -93,24 +91,13 @@ async def purge_jobs(body: PurgeRequest, caller: Admin, conn: Connection, settin
 
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")
-async def list_jobs(
-    caller: AnyRole,
-    conn: Connection,
-    status: JobStatus | None = None,
-    owner: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
-    owner_group: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
-) -> dict:
+async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery, Query()]) -> dict:
+    """The jobs the caller sees (users: their own) that pass every given filter, in pages in
+    job-id order. A parameter this listing does not take is a 422 that names it."""
+    cursor = query.after or query.cursor
     after_id = decode_cursor(cursor) if cursor else 0
     page, next_after = await jobs.list_jobs(
-        conn,
-        status=status,
-        owner=owner,
-        owner_group=owner_group,
-        after_id=after_id,
-        limit=limit,
-        scope=policy.job_scope(caller),
+        conn, query, after_id=after_id, limit=query.limit, scope=policy.job_scope(caller)
     )
     return {"jobs": page, "next_cursor": encode_cursor(next_after) if next_after else None}
 

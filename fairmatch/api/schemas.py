@@ -93,7 +93,7 @@ class PilotPage(BaseModel):
 
 class JobPage(BaseModel):
     jobs: list[Job]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null at the end.")
+    next_cursor: str | None = Field(description="Pass as `after` for the next page; null at the end.")
 
 
 class TaskQueue(BaseModel):

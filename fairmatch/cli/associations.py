@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fairmatch.cli.client import TokenOption, UrlOption, call_api_text, connect
+from fairmatch.cli.client import TokenOption, UrlOption, call_api_text, connect, request_api
 from fairmatch.cli.common import EXIT_USAGE, fail
 from fairmatch.cli.render import show
 
@@ -42,6 +42,13 @@ def associations_export(url: UrlOption = None, token: TokenOption = None) -> Non
     # not typer.echo: the text must reach stdout unchanged, with no newline added
     sys.stdout.write(response.text)
     sys.stdout.flush()
+
+
+@app.command("remove")
+def associations_remove(url: UrlOption = None, token: TokenOption = None) -> None:
+    """Remove the association tree (admin): any account is accepted again, shares come from the groups."""
+    request_api(connect(url, token), "DELETE", "/associations")
+    show({"associations": 0}, lambda _: "association tree removed")
 
 
 def read_dump(file: str) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect, path_part
+from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect, path_part, request_api
 from fairmatch.cli.render import new_table, shortened, show
 
 # what GET /groups/{name} shows and PUT takes back; the rest (name, job_sharing) is derived
@@ -22,6 +22,13 @@ GroupName = Annotated[str, typer.Argument(metavar="NAME", show_default=False, he
 def list_groups(url: UrlOption = None, token: TokenOption = None) -> None:
     """All groups by name (a user's token: its own groups)."""
     show(call_api(connect(url, token), "GET", "/groups"), groups_table)
+
+
+@app.command("delete")
+def delete_group(name: GroupName, url: UrlOption = None, token: TokenOption = None) -> None:
+    """Delete a group's configuration (admin): its jobs stay, at the default share."""
+    request_api(connect(url, token), "DELETE", f"/groups/{path_part(name)}")
+    show({"deleted": name}, lambda doc: f"group {doc['deleted']} deleted")
 
 
 @app.command("show")
@@ -72,8 +79,13 @@ def set_group(
 
 def groups_table(document: dict, title: str = "Groups") -> Table:
     table = new_table(title, "name", "job_share", "properties", "background", "priority", "description")
+    unconfigured = 0
     for g in document["groups"]:
         background = "yes" if g["allow_background_tqs"] else "no"
-        table.add_row(g["name"], f"{g['job_share']:g}", shortened(g["properties"]), background,
+        name = g["name"] if g.get("configured", True) else f"{g['name']} *"
+        unconfigured += not g.get("configured", True)
+        table.add_row(name, f"{g['job_share']:g}", shortened(g["properties"]), background,
                       str(g["priority"]), g["description"] or "-")  # fmt: skip
+    if unconfigured:
+        table.caption = "* not configured: waiting jobs at the defaults"
     return table

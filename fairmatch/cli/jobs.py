@@ -115,22 +115,33 @@ def submitted_table(document: dict) -> Table:
 @app.command("list")
 def list_jobs(
     status: Annotated[
-        JobStatus | None, typer.Option(parser=enum_parser(JobStatus), help="Only jobs in this state.")
+        list[JobStatus] | None,
+        typer.Option(parser=enum_parser(JobStatus), help="Only jobs in this state; repeat for several."),
     ] = None,
     owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
-    group: Annotated[str | None, typer.Option(help="Only jobs of this owner group.")] = None,
+    group: Annotated[
+        str | None, typer.Option("--group", "--owner-group", help="Only jobs of this owner group.")
+    ] = None,
+    account: Annotated[str | None, typer.Option(help="Only jobs charged to this account.")] = None,
+    site: Annotated[str | None, typer.Option(help="Only jobs matched at this site.")] = None,
+    task_queue: Annotated[int | None, typer.Option(min=1, help="Only jobs last queued in this task queue.")] = None,
+    since: Annotated[str | None, typer.Option(help="Only jobs submitted at or after this ISO 8601 time.")] = None,
+    until: Annotated[str | None, typer.Option(help="Only jobs submitted before this ISO 8601 time.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, oldest first.")] = 100,
     all_pages: Annotated[bool, typer.Option("--all", help="Every matching job: follow all pages.")] = False,
-    cursor: Annotated[str | None, typer.Option(help="Continue a listing: its next_cursor.")] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", "--cursor", help="Continue a listing: its next_cursor.")
+    ] = None,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List jobs, oldest first, following the service's pages.
+    """List jobs, oldest first, following the service's pages; every filter given must hold.
 
-    With --limit the answer's next_cursor continues the listing (--cursor); --all lists everything.
+    With --limit the answer's next_cursor continues the listing (--after); --all lists everything.
     """
-    query = {"status": status.value if status else None, "owner": owner, "owner_group": group}
-    jobs, next_cursor = fetch_jobs(connect(url, token), query, None if all_pages else limit, cursor)
+    query = {"status": [s.value for s in status or ()], "owner": owner, "owner_group": group, "account": account,
+             "site": site, "task_queue_id": task_queue, "since": since, "until": until}  # fmt: skip
+    jobs, next_cursor = fetch_jobs(connect(url, token), query, None if all_pages else limit, after)
     show({"jobs": jobs, "next_cursor": next_cursor}, job_list_table)
 
 
@@ -141,8 +152,8 @@ def fetch_jobs(
     jobs: list[dict] = []
     while True:
         size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(jobs))
-        params = {k: v for k, v in {**query, "limit": size, "cursor": cursor}.items() if v is not None}
-        page = call_api(api, "GET", f"/jobs?{urlencode(params)}")
+        params = {k: v for k, v in {**query, "limit": size, "after": cursor}.items() if v not in (None, [])}
+        page = call_api(api, "GET", f"/jobs?{urlencode(params, doseq=True)}")
         jobs += page["jobs"]
         cursor = page["next_cursor"]
         if cursor is None or (limit is not None and len(jobs) >= limit):
@@ -152,7 +163,7 @@ def fetch_jobs(
 def job_list_table(document: dict) -> Table:
     caption = f"{len(document['jobs'])} jobs"
     if document["next_cursor"]:
-        caption += f"; more with --cursor {document['next_cursor']}"
+        caption += f"; more with --after {document['next_cursor']}"
     table = new_table("Jobs", "id", "status", "owner", "group", "TQ", "class", "uprio", "site", "submitted",
                       caption=caption)  # fmt: skip
     for job in document["jobs"]:

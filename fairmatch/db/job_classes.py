@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, select, update
 
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.tables import job_classes
+from fairmatch.db.tables import job_classes, task_queues, tq_jobs
 from fairmatch.jobs.classes import JobClass, JobClassSpec
 
 
@@ -42,6 +42,16 @@ class JobClassDB(AreaDB):
             await self.conn.execute(update(job_classes).where(job_classes.c.name == name).values(**values))
         row = (await self.conn.execute(select(job_classes).where(job_classes.c.name == name))).one()
         return _from_row(row), created
+
+    async def waiting_jobs(self, name: str) -> int:
+        """How many waiting jobs are queued in the class (in task queues of it)."""
+        in_class = select(task_queues.c.id).where(task_queues.c.job_class == name)
+        stmt = select(func.count()).select_from(tq_jobs).where(tq_jobs.c.tq_id.in_(in_class))
+        return int((await self.conn.execute(stmt)).scalar_one())
+
+    async def delete(self, name: str) -> bool:
+        """Delete a class; whether it existed."""
+        return (await self.conn.execute(delete(job_classes).where(job_classes.c.name == name))).rowcount > 0
 
 
 class PostgresJobClassDB(PostgresStatements, JobClassDB, dialect="postgresql"):

@@ -30,6 +30,7 @@ from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chun
 from fairmatch.db.batches import batches_of
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
+from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
 
@@ -56,6 +57,22 @@ def _one_of(named: dict[str, dict[str, Any]]) -> ColumnElement[bool]:
         *(jobs.c[column].in_([bindparam(name, value) for name, value in by_name.items()]) if by_name else false()
           for column, by_name in named.items()),
     )  # fmt: skip
+
+
+def filtered(filters: JobFilter) -> list[ColumnElement[bool]]:
+    """The conditions of a listing's filters (all must hold): their one rendering in SQL."""
+    c = jobs.c
+    conditions = [column == value for column, value in (
+        (c.owner, filters.owner), (c.owner_group, filters.owner_group), (c.account, filters.account),
+        (c.site, filters.site), (c.task_queue_id, filters.task_queue_id),
+    ) if value is not None]  # fmt: skip
+    if filters.status:
+        conditions.append(c.status.in_(sorted(status.value for status in filters.status)))
+    if filters.since is not None:
+        conditions.append(c.submitted_at >= filters.since)
+    if filters.until is not None:
+        conditions.append(c.submitted_at < filters.until)
+    return conditions
 
 
 def visible(scope: JobScope) -> ColumnElement[bool]:
@@ -155,25 +172,10 @@ class JobDB(AreaDB):
         """The whole job (its jobs row and its spec), or None when the scope does not see it."""
         return (await self.conn.execute(_whole_job().where(jobs.c.id == job_id, visible(scope)))).first()
 
-    async def page(
-        self,
-        *,
-        status: JobStatus | None,
-        owner: str | None,
-        owner_group: str | None,
-        after_id: int,
-        limit: int,
-        scope: JobScope,
-    ) -> Sequence[Any]:
+    async def page(self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope) -> Sequence[Any]:
         """Up to `limit` whole jobs after `after_id` in id order, within the scope and filters."""
-        stmt = _whole_job().where(jobs.c.id > after_id, visible(scope)).order_by(jobs.c.id).limit(limit)
-        if status is not None:
-            stmt = stmt.where(jobs.c.status == status.value)
-        if owner is not None:
-            stmt = stmt.where(jobs.c.owner == owner)
-        if owner_group is not None:
-            stmt = stmt.where(jobs.c.owner_group == owner_group)
-        return (await self.conn.execute(stmt)).all()
+        stmt = _whole_job().where(jobs.c.id > after_id, visible(scope), *filtered(filters))
+        return (await self.conn.execute(stmt.order_by(jobs.c.id).limit(limit))).all()
 
     async def lock_state(self, job_id: int, scope: JobScope) -> Any | None:
         """The job's status, owner, group, matcher, lease, last report and reschedules, its row locked;

@@ -35,6 +35,7 @@ def _group(row: Any) -> dict[str, Any]:
         "allow_background_tqs": row.allow_background_tqs,
         "priority": row.priority,
         "description": row.description,
+        "configured": True,
     }
 
 
@@ -53,6 +54,20 @@ class PriorityDB(AreaDB):
         if visible is not None:
             query = query.where(groups.c.name.in_(sorted(visible)))
         return [_group(row) for row in (await self.conn.execute(query)).all()]
+
+    async def queued_groups(self, visible: frozenset[str] | None = None) -> list[str]:
+        """The owner groups of the task queues (their waiting jobs), by name; `visible` as above."""
+        query = select(task_queues.c.owner_group).distinct().order_by(task_queues.c.owner_group)
+        if visible is not None:
+            query = query.where(task_queues.c.owner_group.in_(sorted(visible)))
+        return list((await self.conn.execute(query)).scalars())
+
+    async def delete_group(self, name: str) -> bool:
+        """Delete a group's configuration; whether it existed. In a `changing` transaction."""
+        gone = (await self.conn.execute(delete(groups).where(groups.c.name == name))).rowcount > 0
+        if gone:
+            mark_changed(self.conn)
+        return gone
 
     async def group(self, name: str) -> dict[str, Any] | None:
         """One group, or None."""

@@ -27,6 +27,7 @@ class JobSpec(BaseModel):
         None, ge=0, le=MAX_CPU_TIME, description="CPU seconds needed; defaults to `jobs.default_cpu_time`."
     )
     sites: NameList = []
+    # after sites: the check of banned_sites reads them
     banned_sites: NameList = []
     grid_ces: NameList = []
     platforms: NameList = []
@@ -57,6 +58,14 @@ class JobSpec(BaseModel):
         "association tree, (account, owner) must be one of its associations.",
     )
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
+
+    @field_validator("banned_sites")
+    @classmethod
+    def _a_site_left_to_run_at(cls, banned_sites: list[str], info: ValidationInfo) -> list[str]:
+        sites = info.data.get("sites")
+        if sites and {s.strip() for s in sites} <= {b.strip() for b in banned_sites}:
+            raise ValueError(f"bans every site in sites ({', '.join(sorted(set(sites)))}): the job could never run")
+        return banned_sites
 
     @field_validator("min_ram_mb")
     @classmethod

@@ -37,7 +37,7 @@ def check_submission(
     classes = classes or {}
     check_classes_exist(specs, classes)
     return [
-        _checked_job(caller, spec, classes.get(spec.job_class) if spec.job_class else None, f"jobs[{i}]")
+        _checked_job(caller, spec, classes.get(spec.job_class) if spec.job_class else None, i)
         for i, spec in enumerate(specs)
     ]
 
@@ -59,15 +59,18 @@ def check_classes_exist(specs: Sequence[JobSpec], classes: Mapping[str, JobClass
         raise InvalidInput(f"{len(errors)} job(s) name an unknown job class: {shown}", errors)
 
 
-def _checked_job(caller: Principal, spec: JobSpec, job_class: JobClass | None, where: str) -> JobSpec:
+def _checked_job(caller: Principal, spec: JobSpec, job_class: JobClass | None, index: int) -> JobSpec:
+    where = f"jobs[{index}]"
     update: dict[str, Any] = {}
     if not caller.privileged:
         _check_own_job(caller, spec, where)
         update["vo"] = spec.vo or caller.vo
     if job_class is not None and not job_class.admits(spec.owner, spec.owner_group):
-        raise Forbidden(
-            f"{where}: job class {job_class.name!r} is not open to owner {spec.owner!r} in group {spec.owner_group!r}"
-        )
+        # the job could never be queued: bad input at the field, whoever submits it
+        message = f"job class {job_class.name!r} is not open to owner {spec.owner!r} in group {spec.owner_group!r}"
+        raise InvalidInput(f"{where}: {message}", [
+            {"loc": ["body", "jobs", index, "job_class"], "msg": message, "type": "job_class_not_open"}
+        ])  # fmt: skip
     requested = requested_class(spec)
     update["priority_class"] = resolve_priority_class(caller.privileged, requested, job_class, where)
     if all(getattr(spec, k) == v for k, v in update.items()):

@@ -28,9 +28,21 @@ async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSetti
 
 
 async def list_groups(conn: AsyncConnection, visible: frozenset[str] | None = None) -> list[dict[str, Any]]:
-    """All groups by name; `visible` (when not None) restricts them to those names."""
+    """All groups by name, with the groups of waiting jobs that have no configuration (as the
+    policies see them: the defaults); `visible` (when not None) restricts them to those names."""
     async with read_transaction(conn):
-        return await PriorityDB.of(conn).all_groups(visible)
+        db = PriorityDB.of(conn)
+        configured = await db.all_groups(visible)
+        queued = await db.queued_groups(visible)
+    known = {group["name"] for group in configured}
+    unconfigured = [_unconfigured(name) for name in queued if name not in known]
+    return sorted(configured + unconfigured, key=lambda group: group["name"])
+
+
+def _unconfigured(name: str) -> dict[str, Any]:
+    defaults = GroupUpdate()
+    values = stored_values(defaults.job_share, defaults.properties, defaults.allow_background_tqs, defaults.priority)
+    return {"name": name, **values, "configured": False}
 
 
 async def get_group(conn: AsyncConnection, name: str, visible: frozenset[str] | None = None) -> dict[str, Any]:
@@ -42,6 +54,13 @@ async def get_group(conn: AsyncConnection, name: str, visible: frozenset[str] | 
     if group is None:
         raise NotFound(f"group {name!r} does not exist")
     return group
+
+
+async def delete_group(conn: AsyncConnection, name: str) -> None:
+    """Forget a group's configuration: its jobs stay, at the defaults. NotFound if it had none."""
+    async with changing(conn):
+        if not await PriorityDB.of(conn).delete_group(name):
+            raise NotFound(f"group {name!r} is not configured")
 
 
 async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tuple[dict[str, Any], bool]:

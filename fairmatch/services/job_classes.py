@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.job_classes import JobClassDB
-from fairmatch.errors import NotFound
+from fairmatch.errors import Conflict, NotFound
 from fairmatch.jobs.classes import JobClass, JobClassSpec
 
 
@@ -38,3 +38,17 @@ async def put_class(conn: AsyncConnection, name: str, spec: JobClassSpec) -> tup
     """Create or replace a class in one transaction; returns (the stored class, created?)."""
     async with conn.begin():
         return await JobClassDB.of(conn).put(name, spec)
+
+
+async def delete_class(conn: AsyncConnection, name: str) -> None:
+    """Delete a class no waiting job uses: NotFound if missing, Conflict while jobs wait in it.
+    Jobs that run or finished keep its name; a submission naming it is then refused (one that
+    read the class just before may still queue its jobs, with the priority class it gave them)."""
+    async with conn.begin():
+        db = JobClassDB.of(conn)
+        waiting = await db.waiting_jobs(name)
+        if waiting:
+            raise Conflict(f"job class {name!r} is used by {waiting} waiting job(s): kill, reschedule or "
+                           "change their class first", waiting_jobs=waiting)  # fmt: skip
+        if not await db.delete(name):
+            raise NotFound(f"job class {name!r} does not exist")

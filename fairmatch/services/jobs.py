@@ -21,6 +21,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, NotFound
+from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed, starts
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.services import accounting, taskqueues
@@ -45,20 +46,11 @@ async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED
 
 
 async def list_jobs(
-    conn: AsyncConnection,
-    *,
-    status: JobStatus | None,
-    owner: str | None,
-    owner_group: str | None,
-    after_id: int,
-    limit: int,
-    scope: JobScope = UNRESTRICTED,
+    conn: AsyncConnection, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope = UNRESTRICTED
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page in job-id order and the id to continue after (None at the end)."""
     async with read_transaction(conn):
-        rows = await JobDB.of(conn).page(
-            status=status, owner=owner, owner_group=owner_group, after_id=after_id, limit=limit + 1, scope=scope
-        )
+        rows = await JobDB.of(conn).page(filters, after_id=after_id, limit=limit + 1, scope=scope)
     page = [job_dict(r) for r in rows[:limit]]
     next_after = rows[limit - 1].id if len(rows) > limit else None
     return page, next_after

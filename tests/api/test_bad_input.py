@@ -209,6 +209,27 @@ def test_min_ram_above_a_non_zero_max_ram_is_422_at_min_ram(client, ram, accepte
     assert client.get("/jobs").json()["jobs"] == []
 
 
+@pytest.mark.parametrize(
+    ("where", "accepted"),
+    [
+        ({"sites": ["S1"], "banned_sites": ["S1"]}, False),
+        ({"sites": ["S1", "S2"], "banned_sites": ["S2", "S1", "S3"]}, False),
+        ({"sites": "S1", "banned_sites": "S1"}, False),  # single strings, as DIRAC sends them
+        ({"sites": ["S1", "S2"], "banned_sites": ["S1"]}, True),  # S2 is left
+        ({"banned_sites": ["S1"]}, True),  # no sites: anywhere else
+        ({"sites": ["S1"]}, True),
+    ],
+)
+def test_banning_every_listed_site_is_422_at_banned_sites(client, where, accepted):
+    r = client.post("/jobs", json={"jobs": [spec(), spec(**where)]})
+    if accepted:
+        assert r.status_code == 201, r.text
+        return
+    body = assert_problem(r, 422, ["body", "jobs", 1, "banned_sites"])
+    assert "could never run" in body["errors"][0]["msg"]
+    assert client.get("/jobs").json()["jobs"] == []  # the whole submission is refused
+
+
 def test_payload_over_64_kib_is_422_at_the_payload(api):
     # a JSON string of n characters takes n + 2 bytes
     r = api.post("/jobs", json={"jobs": [spec(payload="x" * 65_535)]})

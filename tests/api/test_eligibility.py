@@ -1036,7 +1036,7 @@ def test_the_dry_run_takes_a_list_of_sites_and_match_one_site(client):
     submit_one(client, sites=["S3"])  # site
     not_s1 = submit_one(client, banned_sites=["S1"])[1]
     submit_one(client, banned_sites=["S1", "S2"])  # every named site banned
-    submit_one(client, sites=["S1"], banned_sites=["S1"])  # its one site banned
+    submit_one(client, sites=["S1", "S4"], banned_sites=["S1"])  # the one named site it takes is banned
     for key in ("Site", "site"):
         r = client.post("/taskqueues/matching", json={key: ["S1", "S2"], "CPUTime": BIG})
         assert r.status_code == 200, r.text

@@ -11,7 +11,7 @@ import pytest
 from tests.problems import assert_problem
 
 DEFAULTS = {"job_share": 1000.0, "properties": [], "job_sharing": False,
-            "allow_background_tqs": False, "priority": 0, "description": None}  # fmt: skip
+            "allow_background_tqs": False, "priority": 0, "description": None, "configured": True}  # fmt: skip
 
 
 def put(client: httpx.Client, name: str, **body: Any) -> httpx.Response:
@@ -36,7 +36,7 @@ def test_put_again_replaces_and_answers_200(client):
     # the body is the whole definition: omitted priority and description return to defaults
     assert r.json() == {"name": "g", "job_share": 2000.5, "properties": ["JOB_SHARING", "NormalUser"],
                         "job_sharing": True, "allow_background_tqs": True, "priority": 0,
-                        "description": None}  # fmt: skip
+                        "description": None, "configured": True}  # fmt: skip
     assert client.get("/groups/g").json() == r.json()
 
 
@@ -58,6 +58,37 @@ def test_list_is_sorted_by_name(client):
 
 def test_unknown_group_is_404(client):
     assert_problem(client.get("/groups/nobody"), 404)
+
+
+def submit(client: httpx.Client, group: str, owner: str = "alice") -> None:
+    r = client.post("/jobs", json={"jobs": [{"owner": owner, "owner_group": group}]})
+    assert r.status_code == 201, r.text
+
+
+def test_groups_with_waiting_jobs_but_no_configuration_are_listed_at_their_defaults(client):
+    put(client, "configured", job_share=10)
+    submit(client, "configured")
+    submit(client, "stray")
+    submit(client, "also stray", "bob")
+    groups = client.get("/groups").json()["groups"]
+    assert groups == [
+        {"name": "also stray", **DEFAULTS, "configured": False},
+        {"name": "configured", **DEFAULTS, "job_share": 10.0},
+        {"name": "stray", **DEFAULTS, "configured": False},
+    ]
+    assert_problem(client.get("/groups/stray"), 404)  # one group: a configured one
+
+
+def test_deleting_a_group_keeps_its_jobs_at_the_defaults(client):
+    put(client, "g", job_share=5, properties=["JOB_SHARING"])
+    submit(client, "g")
+    r = client.delete("/groups/g")
+    assert r.status_code == 204 and r.content == b""
+    assert client.get("/groups").json()["groups"] == [{"name": "g", **DEFAULTS, "configured": False}]
+    assert client.get("/jobs").json()["jobs"][0]["owner_group"] == "g"
+    assert_problem(client.delete("/groups/g"), 404)  # no configuration left to delete
+    assert_problem(client.delete("/groups/never"), 404)
+    assert put(client, "g", job_share=7).status_code == 201  # configured again
 
 
 def test_names_with_spaces_and_unicode_round_trip(client):
@@ -172,6 +203,23 @@ def test_only_admin_may_put(as_role, two_groups, role):
     assert_problem(put(other, "new"), 403)
     admin_view = as_role("admin").get("/groups").json()["groups"]
     assert [(g["name"], g["job_share"]) for g in admin_view] == [("g1", 1000.0), ("g2", 1000.0)]
+
+
+@pytest.mark.parametrize("role", ["operator", "user", "pilot"])
+def test_only_admin_may_delete(as_role, two_groups, role):
+    assert_problem(as_role(role, groups=["g1"]).delete("/groups/g1"), 403)
+    assert as_role("admin").delete("/groups/g1").status_code == 204
+
+
+def test_a_user_sees_the_unconfigured_groups_of_its_token_only(as_role, two_groups):
+    admin = as_role("admin")
+    for group in ("g3", "g4"):
+        assert admin.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": group}]}).status_code == 201
+    alice = as_role("user", "alice", groups=["g1", "g3"])
+    assert [(g["name"], g["configured"]) for g in alice.get("/groups").json()["groups"]] == [
+        ("g1", True),
+        ("g3", False),
+    ]
 
 
 def test_operator_sees_every_group(as_role, two_groups):

@@ -147,9 +147,39 @@ def test_admins_exceed_the_maximum_but_not_the_access_list(client, clean):
     put_class(client, "capped", default_class=-5, max_class=-5, allowed_groups=["g1"])
     [over] = submit_ids(client, {"job_class": "capped", "priority_class": 100})
     assert job(client, over)["priority_class"] == 100
-    problem = assert_problem(submit(client, {}, {"job_class": "capped", "owner_group": "g2"}), 403)
+    # a job the class is not open to could never be queued: bad input at its job_class
+    problem = assert_problem(submit(client, {}, {"job_class": "capped", "owner_group": "g2"}), 422)
     assert "jobs[1]" in problem["detail"] and "'capped'" in problem["detail"]
+    assert [e["loc"] for e in problem["errors"]] == [["body", "jobs", 1, "job_class"]]
     assert count(clean, "SELECT count(*) FROM jobs") == 1
+
+
+def test_a_class_is_deleted_only_once_no_waiting_job_uses_it(client):
+    put_class(client, "short", default_class=3)
+    put_class(client, "other")
+    ids = submit_ids(client, {"job_class": "short"}, {"job_class": "short"})
+    matched = match_id(client)  # one job leaves the queue: the other still waits
+    [waiting] = set(ids) - {matched}
+    busy = assert_problem(client.delete("/job-classes/short"), 409)
+    assert "1 waiting job" in busy["detail"] and busy["waiting_jobs"] == 1
+    assert client.get("/job-classes/short").status_code == 200  # nothing changed
+    assert client.delete(f"/jobs/{waiting}").status_code == 200  # killed: no job waits in it any more
+
+    r = client.delete("/job-classes/short")
+
+    assert r.status_code == 204 and r.content == b""
+    assert_problem(client.get("/job-classes/short"), 404)
+    assert job(client, matched)["job_class"] == "short"  # the matched job keeps the name
+    assert_problem(submit(client, {"job_class": "short"}), 422)  # a new job may not name it
+    assert [c["name"] for c in client.get("/job-classes").json()["job_classes"]] == ["other"]
+    assert_problem(client.delete("/job-classes/short"), 404)
+
+
+@pytest.mark.parametrize("role", ["operator", "user", "pilot"])
+def test_only_admin_may_delete_a_class(as_role, role):
+    assert put_class(as_role("admin"), "c").status_code == 201
+    assert_problem(as_role(role, groups=["g1"]).delete("/job-classes/c"), 403)
+    assert as_role("admin").delete("/job-classes/c").status_code == 204
 
 
 # --- PATCH /jobs/{id} (as admin: authentication off) -------------------------------------------
@@ -351,7 +381,7 @@ def test_operators_may_exceed_the_class_maximum(as_role, admin):
 
 def test_a_class_a_user_may_not_use_refuses_the_batch(admin, alice, clean):
     put_class(admin, "bobs", allowed_users=["bob"])
-    problem = assert_problem(submit(alice, {}, {}, {"job_class": "bobs"}), 403)
+    problem = assert_problem(submit(alice, {}, {}, {"job_class": "bobs"}), 422)
     assert "jobs[2]" in problem["detail"] and "'bobs'" in problem["detail"]
     assert count(clean, "SELECT count(*) FROM jobs") == 0
 

@@ -434,7 +434,7 @@ def list_all(client: httpx.Client, limit: int, **filters) -> list[list[int]]:
     """Follow next_cursor to the end; the job ids of each page."""
     pages, cursor = [], None
     while True:
-        params = {"limit": limit, **filters, **({"cursor": cursor} if cursor else {})}
+        params = {"limit": limit, **filters, **({"after": cursor} if cursor else {})}
         r = client.get("/jobs", params=params)
         assert r.status_code == 200, r.text
         pages.append([j["job_id"] for j in r.json()["jobs"]])
@@ -501,6 +501,61 @@ def test_listing_filters_by_status_owner_and_group(client):
             assert got == expected, (name, limit)
     r = client.get("/jobs", params={"status": "Waiting", "owner": "alice", "limit": 1000})
     assert all(j["status"] == "Waiting" and j["owner"] == "alice" for j in r.json()["jobs"])
+
+
+def test_listing_filters_by_account_site_queue_states_and_submission_time(client):
+    early = submit(client, spec(account="grid"), spec(owner="bob", sites=["S2"]))  # submitted together
+    time.sleep(0.01)
+    early += submit(client, spec(owner="carol"))
+    cut = client.get(f"/jobs/{early[-1]}").json()["submitted_at"]
+    time.sleep(0.01)
+    late = submit(client, spec(owner="dave", cpu_time=99))
+    at_s1 = match(client, early[0])["job_id"]
+    at_s2 = match(client, early[1], Site="S2")["job_id"]
+    assert kill(client, early[2]).status_code == 200
+    queue = client.get(f"/jobs/{late[0]}").json()["task_queue_id"]
+    first = datetime.fromisoformat(client.get(f"/jobs/{early[0]}").json()["submitted_at"])
+    cases = {
+        "account": ({"account": "grid"}, [at_s1]),
+        "account by default the group": ({"account": "physics"}, [at_s2, early[2], *late]),
+        "site": ({"site": "S2"}, [at_s2]),
+        "task queue": ({"task_queue_id": queue}, late),
+        "two states": ({"status": ["Matched", "Killed"]}, [at_s1, at_s2, early[2]]),
+        "a state and an owner": ({"status": ["Matched", "Waiting"], "owner": "dave"}, late),
+        "since": ({"since": cut}, [early[2], *late]),
+        "until": ({"until": cut}, early[:2]),
+        "a window": ({"since": first.isoformat(), "until": cut}, early[:2]),
+    }
+    for name, (filters, expected) in cases.items():
+        got = [j for p in list_all(client, 1, **filters) for j in p]
+        assert got == expected, (name, got)
+
+
+def test_listing_continues_with_the_former_cursor_name(client):
+    ids = submit(client, spec(), spec())
+    first = client.get("/jobs", params={"limit": 1}).json()
+    assert first["jobs"][0]["job_id"] == ids[0]
+    rest = client.get("/jobs", params={"limit": 1, "cursor": first["next_cursor"]}).json()
+    assert [j["job_id"] for j in rest["jobs"]] == ids[1:]
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"sites": "S1"}, "sites"),  # a mistyped filter must not list every job
+        ({"owner": "alice", "group": "physics"}, "group"),
+        ({"status": "Sleeping"}, "status"),
+        ({"since": "2026-01-01T00:00:00"}, "since"),  # a time without its zone
+        ({"until": "2026-01-01T00:00:00" + "0" * 60 + "Z"}, "at most 64 characters"),
+        ({"since": "2026-02-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "must be before until"),
+        ({"task_queue_id": "0"}, "task_queue_id"),
+    ],
+)
+def test_a_listing_parameter_it_does_not_take_is_a_422_naming_it(client, params, named):
+    submit_one(client)
+    r = client.get("/jobs", params=params)
+    assert_problem(r, 422)
+    assert named in r.text
 
 
 @pytest.mark.parametrize(

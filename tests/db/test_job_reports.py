@@ -20,6 +20,7 @@ from fairmatch.auth.policy import JobScope
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
 from fairmatch.errors import Conflict, NotFound
+from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.services import jobs
 from tests.db.world import World
@@ -68,8 +69,7 @@ async def test_every_read_and_report_sees_what_the_scope_rule_says(engine, setti
         ]
         seen_by = {scope: [job.id for job in facts if scope.sees(job)] for scope in scopes}
         for scope in scopes:
-            page, _ = await jobs.list_jobs(conn, status=None, owner=None, owner_group=None, after_id=0,
-                                           limit=100, scope=scope)  # fmt: skip
+            page, _ = await jobs.list_jobs(conn, JobFilter(), after_id=0, limit=100, scope=scope)
             assert [j["job_id"] for j in page] == seen_by[scope], scope
             for job_id in ids:
                 if job_id in seen_by[scope]:

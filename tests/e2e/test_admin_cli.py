@@ -89,6 +89,37 @@ def test_jobs_list_filters_and_continues_with_the_cursor(at, server):
     assert [j["status"] for j in waiting_h["jobs"]] == ["Waiting"]
 
 
+def test_jobs_list_takes_every_filter_of_the_listing(at, server):
+    ids = [j["job_id"] for j in submit_via_api(server, JOB, {**OTHER, "account": "grid"}, JOB, {**JOB, "cpu_time": 7})]
+    matched = match(server, OwnerGroup="h")["job_id"]
+    queue = get_job(server, ids[3])["task_queue_id"]
+    later = get_job(server, ids[3])["submitted_at"]
+
+    def listed(*args: str) -> list[int]:
+        return [j["job_id"] for j in at("jobs", "list", "--all", *args)["jobs"]]
+
+    assert matched == ids[1]
+    assert listed("--status", "Matched", "--status", "Waiting") == ids
+    assert listed("--site", "S1") == [ids[1]]
+    assert listed("--account", "grid") == [ids[1]]
+    assert listed("--owner-group", "g", "--task-queue", str(queue)) == [ids[3]]
+    assert listed("--since", "2000-01-01T00:00:00+00:00", "--until", "2000-01-02T00:00:00+00:00") == []
+    assert ids[3] in listed("--since", later)
+    first = at("jobs", "list", "--limit", "1", "--status", "Waiting")
+    assert [
+        j["job_id"] for j in at("jobs", "list", "--after", first["next_cursor"], "--status", "Waiting")["jobs"]
+    ] == [ids[2], ids[3]]
+
+
+def test_a_listing_parameter_the_service_does_not_take_is_refused_over_http(server, clean):
+    submit_via_api(server, JOB)
+    with server.client() as client:
+        everything = client.get("/jobs")
+        mistyped = client.get("/jobs", params={"sites": "S1"})
+    assert everything.status_code == 200 and len(everything.json()["jobs"]) == 1
+    assert mistyped.status_code == 422 and "sites" in mistyped.text
+
+
 def test_jobs_list_all_walks_every_page(invoke, monkeypatch, server, clean):
     monkeypatch.setattr(job_commands, "PAGE_SIZE", 2)
     ids = [j["job_id"] for j in submit_via_api(server, *[JOB] * 5)]
@@ -217,6 +248,7 @@ def test_groups_set_creates_from_the_defaults_and_changes_only_what_is_given(at,
         "allow_background_tqs": False,
         "priority": 0,
         "description": None,
+        "configured": True,
     }
     assert (changed["job_share"], changed["properties"], changed["priority"]) == (250.0, created["properties"], 3)
     assert (changed["allow_background_tqs"], changed["description"]) == (True, "ATLAS")
@@ -224,6 +256,19 @@ def test_groups_set_creates_from_the_defaults_and_changes_only_what_is_given(at,
     assert (cleared["priority"], cleared["description"]) == (3, "ATLAS")
     assert shown == cleared and [g["name"] for g in listed["groups"]] == ["atlas"]  # fmt: skip
     assert_failed(run("groups", "show", "cms", "--url", server.url), 1, "error: Not found")
+
+
+def test_groups_delete_leaves_the_group_s_jobs_at_the_defaults(at, run, server):
+    at("groups", "set", "g", "--share", "5")
+    submit_via_api(server, JOB)
+
+    deleted = at("groups", "delete", "g")
+
+    assert deleted == {"deleted": "g"}
+    assert [(g["name"], g["job_share"], g["configured"]) for g in at("groups", "list")["groups"]] == [
+        ("g", 1000.0, False)
+    ]
+    assert_failed(run("groups", "delete", "g", "--url", server.url), 1, "error: Not found")
 
 
 def test_group_names_are_sent_as_one_path_segment(at):

@@ -155,6 +155,26 @@ def test_only_admin_imports_admin_and_operator_export(as_role):
         assert_problem(as_role(role).get("/associations"), 403)
 
 
+def test_delete_removes_the_tree_and_any_account_is_accepted_again(client, clean):
+    put_text(client, SMALL)
+    outside = {"owner": "bob", "owner_group": "vo", "account": "elsewhere"}
+    assert_problem(client.post("/jobs", json={"jobs": [outside]}), 422)  # no such association
+
+    r = client.delete("/associations")
+
+    assert r.status_code == 204 and r.content == b""
+    assert exported(client).content == b"" and row_count(clean) == 0
+    assert client.post("/jobs", json={"jobs": [outside]}).status_code == 201
+    assert client.delete("/associations").status_code == 204  # nothing to remove: still done
+
+
+def test_only_admin_removes_the_tree(as_role):
+    assert put_text(as_role("admin"), SMALL).status_code == 200
+    for role in ("operator", "user", "pilot"):
+        assert_problem(as_role(role).delete("/associations"), 403)
+    assert exported(as_role("admin")).text == SMALL
+
+
 # --- the command line -----------------------------------------------------------------
 
 
@@ -179,6 +199,17 @@ def test_cli_import_then_export_round_trips(fairmatch, server, clean, dump):
     exported_now = fairmatch("associations", "export", "--url", server.url)
     assert exported_now.returncode == 0, exported_now.stderr
     assert exported_now.stdout == FIXTURE.read_text()
+
+
+def test_cli_remove_takes_the_tree_away(fairmatch, server, clean):
+    fairmatch("associations", "import", str(FIXTURE), "--url", server.url)
+
+    removed = fairmatch("associations", "remove", "--url", server.url)
+
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(removed.stdout) == {"associations": 0}
+    assert fairmatch("associations", "export", "--url", server.url).stdout == ""
+    assert row_count(clean) == 0
 
 
 def test_cli_import_of_a_broken_dump_names_the_line(fairmatch, server, clean, dump, tmp_path):

@@ -75,7 +75,7 @@ def test_an_owner_alone_does_not_take_job_sharing_queues_of_others(client):
 def test_the_dry_run_takes_several_sites_and_match_one(client):
     _, s1 = submit(client, sites=["S1"])
     _, s2 = submit(client, sites=["S2"], banned_sites=["S1"])
-    submit(client, sites=["S1"], banned_sites=["S1"])
+    submit(client, sites=["S1", "S3"], banned_sites=["S1"])  # S1 banned, S3 not asked for
     assert listed(client, {"Site": ["S1", "S2"], "CPUTime": BIG}) == {s1, s2}
     r = client.post("/match", json={"Site": ["S1", "S2"], "CPUTime": BIG})
     assert r.status_code == 422 and r.json()["errors"][0]["loc"] == ["body", "Site"]

@@ -104,8 +104,9 @@ def test_privileged_callers_may_set_any_class(caller):
 @pytest.mark.parametrize("caller", [ADMIN, OPERATOR, ALICE], ids=["admin", "operator", "user"])
 @pytest.mark.parametrize("restricted", [job_class(users=["bob"]), job_class(groups=["g2"])], ids=["users", "groups"])
 def test_access_lists_refuse_jobs_of_other_owners_or_groups_whoever_submits(caller, restricted):
-    with pytest.raises(Forbidden, match="not open to owner 'alice' in group 'g1'"):
+    with pytest.raises(InvalidInput, match="not open to owner 'alice' in group 'g1'") as refused:
         submitted_class(caller, restricted)
+    assert [e["loc"] for e in refused.value.extra["errors"]] == [["body", "jobs", 0, "job_class"]]
 
 
 def test_access_lists_admit_listed_owners_and_groups():
