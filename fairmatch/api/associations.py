@@ -27,6 +27,7 @@ from fairmatch.accounting.associations import (
 from fairmatch.api.deps import Admin, Connection, CurrentSettings, Operators
 from fairmatch.api.schemas import AssociationUsageList
 from fairmatch.errors import InvalidInput
+from fairmatch.fields import Name
 from fairmatch.services import accounting, priorities
 
 router = APIRouter(prefix="/associations", tags=["associations"])
@@ -47,6 +48,20 @@ class DumpBody(BaseModel):
 
 class ImportResult(BaseModel):
     associations: int = Field(description="How many associations the tree now has.")
+
+
+class UsageReset(BaseModel):
+    """Whose usage to zero: an account (its own node and its users'), a user (in every account),
+    both (that association), or neither (everything)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    account: Name | None = None
+    user: Name | None = None
+
+
+class UsageResetResult(BaseModel):
+    reset: int = Field(description="How many associations had their usage set to zero.")
 
 
 class AssociationRow(BaseModel):
@@ -121,6 +136,16 @@ async def get_associations(request: Request, caller: Operators, conn: Connection
     if _wants_json(request.headers.get("accept", "")):
         return JSONResponse(await run_in_threadpool(_as_json, rows))
     return PlainTextResponse(export_sacctmgr(rows))
+
+
+@router.post(
+    "/usage/reset", response_model=UsageResetResult, summary="Set raw usage to zero (admin): sacctmgr's RawUsage=0"
+)
+async def reset_usage(body: UsageReset, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
+    """Charges logged before are folded first, then the matching associations' usage is set to
+    zero and their folded charges are dropped (the rank policy's window reads them). Priorities
+    follow at the next priority run. The ancestors of a reset association keep what it was charged."""
+    return {"reset": await accounting.reset_usage(conn, body.account, body.user, settings)}
 
 
 @router.get(

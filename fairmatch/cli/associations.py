@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fairmatch.cli.client import TokenOption, UrlOption, call_api_text, connect, request_api
+from fairmatch.cli.client import TokenOption, UrlOption, call_api, call_api_text, connect, request_api
 from fairmatch.cli.common import EXIT_USAGE, fail
 from fairmatch.cli.render import show
 
@@ -49,6 +49,19 @@ def associations_remove(url: UrlOption = None, token: TokenOption = None) -> Non
     """Remove the association tree (admin): any account is accepted again, shares come from the groups."""
     request_api(connect(url, token), "DELETE", "/associations")
     show({"associations": 0}, lambda _: "association tree removed")
+
+
+@app.command("reset-usage")
+def associations_reset_usage(
+    account: Annotated[str | None, typer.Option(help="This account: its own usage and its users'.")] = None,
+    user: Annotated[str | None, typer.Option(help="This user, in every account (with --account: in that one).")] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Set raw usage to zero (admin), as sacctmgr's RawUsage=0; neither option: everything."""
+    body = {key: value for key, value in {"account": account, "user": user}.items() if value is not None}
+    answer = call_api(connect(url, token), "POST", "/associations/usage/reset", body)
+    show(answer, lambda doc: f"usage reset for {doc['reset']} associations")
 
 
 def read_dump(file: str) -> str:

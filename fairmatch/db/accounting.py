@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import ColumnElement, delete, func, insert, select, text, update
 
 from fairmatch.accounting.associations import Association
 from fairmatch.accounting.usage import Charge, Node, Total, WindowedUsage
@@ -89,6 +89,23 @@ class AccountingDB(AreaDB):
         """Delete folded charges logged before `before`; how many went."""
         c = usage_charges.c
         result = await self.conn.execute(delete(usage_charges).where(c.charged_at < before, c.folded_at.isnot(None)))
+        return result.rowcount
+
+    async def reset_usage(self, account: str | None, user: str | None, now: datetime) -> int:
+        """Zero the usage of the nodes of `account` (its own and its users') and of `user` (in every
+        account), both given: that one association; neither: every node. Their folded charges go
+        too (the rank policy's window reads them). How many nodes were reset."""
+        t, c = usage_totals.c, usage_charges.c
+        nodes: list[ColumnElement[bool]] = []
+        charged: list[ColumnElement[bool]] = [c.folded_at.isnot(None)]
+        if account is not None:
+            nodes.append(t.account == account)
+            charged.append(c.account == account)
+        if user is not None:
+            nodes.append(t.user == user)
+            charged.append(c.owner == user)
+        await self.conn.execute(delete(usage_charges).where(*charged))
+        result = await self.conn.execute(update(usage_totals).where(*nodes).values(usage=0.0, updated_at=now))
         return result.rowcount
 
     async def replace_associations(self, rows: Sequence[Association]) -> int:

@@ -14,7 +14,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from sqlalchemy import ColumnElement, DateTime, Insert, Table, func, literal, select, text
+from sqlalchemy import ColumnElement, DateTime, Insert, Select, Table, column, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -57,6 +57,7 @@ class AreaDB:
         async def database_now(self) -> datetime: ...
         async def try_leader_lock(self, key: int) -> bool: ...
         async def leader_lock(self, key: int) -> None: ...
+        def tq_rows_locked(self, stmt: Select) -> Select: ...
 
     @classmethod
     def of(cls, conn: AsyncConnection) -> Self:
@@ -92,6 +93,11 @@ class PostgresStatements(_Statements):
         """Wait for a transaction-scoped leader lock."""
         await self.conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
+    def tq_rows_locked(self, stmt: Select) -> Select:
+        """A read of task-queue rows that locks them for writing their levels (FOR NO KEY UPDATE),
+        in id order: the order every writer of task queues locks them in, so none waits in a cycle."""
+        return stmt.order_by(column("id")).with_for_update(key_share=True)
+
 
 class SQLiteStatements(_Statements):
     """The same on SQLite: one machine's clock, and every writing transaction
@@ -110,3 +116,6 @@ class SQLiteStatements(_Statements):
 
     async def leader_lock(self, key: int) -> None:
         return None
+
+    def tq_rows_locked(self, stmt: Select) -> Select:
+        return stmt

@@ -3,11 +3,11 @@ its runs, and the counts the database gauges show."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, case, delete, exists, func, insert, select, update
+from sqlalchemy import Select, bindparam, delete, exists, func, insert, select, update
 
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
@@ -19,7 +19,7 @@ from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.dirac import GroupPolicy
 from fairmatch.priority.history import GROUP_LEVEL, sample_rows
 from fairmatch.priority.rank import RankGroup
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, load_of
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, load_of, stored_levels
 
 # transaction-scoped advisory locks: one priority loop, one history sampler at a time
 PRIORITY_LOCK = 7_100_001
@@ -37,6 +37,14 @@ def _group(row: Any) -> dict[str, Any]:
         "description": row.description,
         "configured": True,
     }
+
+
+def _per_level() -> Select:
+    """The waiting jobs per (TQ, level): their number and the lowest job id (ids grow with
+    submission: the oldest waiting job)."""
+    return select(tq_jobs.c.tq_id, tq_jobs.c.real_priority, func.count(), func.min(tq_jobs.c.job_id)).group_by(
+        tq_jobs.c.tq_id, tq_jobs.c.real_priority
+    )
 
 
 class PriorityDB(AreaDB):
@@ -168,20 +176,13 @@ class PriorityDB(AreaDB):
         # The TQ rows and the oldest jobs are then read by key (a join would have
         # the planner repeat the pass in every parallel worker).
         tq = task_queues
-        # Each TQ's version before the pass: a submission that counts arrivals into a TQ
-        # after it moves `changed_at`, and set_priorities then leaves that TQ's levels
-        # alone rather than write counts that miss those jobs.
+        # Each TQ's version before the pass: set_priorities counts again the levels of
+        # a TQ a submission counted jobs into after it (`changed_at` moved).
         versions = select(tq.c.id, tq.c.changed_at)
         if only_groups is not None:
             versions = versions.where(tq.c.owner_group.in_(sorted(only_groups)))
         levels_as_of = dict((await self.conn.execute(versions)).all())
-        per_level = select(
-            tq_jobs.c.tq_id,
-            tq_jobs.c.real_priority,
-            func.count(),
-            # ids grow with submission: the lowest is the oldest waiting job
-            func.min(tq_jobs.c.job_id),
-        ).group_by(tq_jobs.c.tq_id, tq_jobs.c.real_priority)
+        per_level = _per_level()
         if only_groups is not None:
             # filter before aggregating: the planner cannot push it through the GROUP BY
             in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
@@ -212,23 +213,46 @@ class PriorityDB(AreaDB):
         return loads
 
     async def set_priorities(self, changes: list[dict[str, Any]]) -> None:
-        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in the given order;
-        the levels only if the TQ's `changed_at` is still `levels_as_of` (waiting_loads).
-        In a `changing` transaction."""
+        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in id order.
+        In a `changing` transaction.
+
+        The TQs are locked first; one whose `changed_at` is no longer `levels_as_of` (a
+        submission counted jobs into it after waiting_loads counted) has its levels counted
+        again under the lock, so that the write loses none of them.
+        """
         tq = task_queues
-        unchanged = tq.c.changed_at == bindparam("levels_as_of", type_=tq.c.changed_at.type)
+        versions: dict[int, Any] = {}
+        for part in chunks([change["tq"] for change in changes]):
+            locked = self.tq_rows_locked(select(tq.c.id, tq.c.changed_at).where(tq.c.id.in_(part)))
+            versions.update((await self.conn.execute(locked)).all())
+        moved = [change["tq"] for change in changes if versions.get(change["tq"]) != change["levels_as_of"]]
+        recounted = await self._level_counts(moved)
+        rows = [
+            {**change, "levels": stored_levels(recounted.get(change["tq"], {}))} if change["tq"] in moved else change
+            for change in changes
+        ]
         await self.conn.execute(
             update(tq)
             .where(tq.c.id == bindparam("tq"))
             .values(
                 priority=bindparam("priority"),
                 priority_origin=bindparam("origin"),
-                levels=case((unchanged, bindparam("levels", type_=tq.c.levels.type)), else_=tq.c.levels),
+                levels=bindparam("levels"),
                 changed_at=self.change_time(),
             ),
-            changes,
+            rows,
         )
         mark_changed(self.conn)
+
+    async def _level_counts(self, tq_ids: Sequence[int]) -> dict[int, dict[float, int]]:
+        """The waiting jobs of these TQs per level (a TQ without any is absent)."""
+        counts: dict[int, dict[float, int]] = {}
+        for part in chunks(sorted(tq_ids)):
+            for tq_id, level, jobs_at_level, _ in await self.conn.execute(
+                _per_level().where(tq_jobs.c.tq_id.in_(part))
+            ):
+                counts.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
+        return counts
 
     async def forget_drained_levels(self) -> int:
         """Empty the levels of TQs without jobs (claims do not subtract); how many were emptied.

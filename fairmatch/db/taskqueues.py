@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ARRAY, Select, String, any_, bindparam, delete, exists, func, select, update
+from sqlalchemy import ARRAY, String, any_, bindparam, delete, exists, func, select, update
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
@@ -52,13 +52,15 @@ class TaskQueueDB(AreaDB):
         wanted = {r.hash: r for r in requirements}
         found: dict[str, int] = {}
         new: set[str] = set()
-        for _ in range(10):  # each round only repeats for TQs deleted in between
+        for _ in range(10):  # each round only repeats for TQs deleted or created by others in between
+            # most of a submission's TQs exist: find them first, and build an INSERT only for the rest
+            found.update(await self._lock_existing(sorted(set(wanted) - set(found))))
             missing = sorted(set(wanted) - set(found))
             if not missing:
                 return found, new
             created = await self._insert_new([wanted[h] for h in missing], now)
             new.update(created)
-            found.update(await self._lock_existing(missing))
+            found.update(created)
         raise RuntimeError("task queues kept disappearing while being looked up")
 
     async def _insert_new(self, reqs: Sequence[Requirements], now: datetime) -> dict[str, int]:
@@ -140,7 +142,7 @@ class TaskQueueDB(AreaDB):
         this one's once the `changing` transaction commits.
         """
         ids = sorted(arrivals)
-        stmt = self._levels_locked(select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids)))
+        stmt = self.tq_rows_locked(select(task_queues.c.id, task_queues.c.levels).where(task_queues.c.id.in_(ids)))
         stored = dict((await self.conn.execute(stmt)).all())
         rows = []
         for tq_id in ids:
@@ -158,10 +160,6 @@ class TaskQueueDB(AreaDB):
             rows,
         )
         mark_changed(self.conn)
-
-    def _levels_locked(self, stmt: Select) -> Select:
-        """The level read of `count_arrivals`, locked where the backend needs it."""
-        return stmt
 
     async def changed_since(self, since: datetime | None, *, whole: bool = True) -> tuple[datetime, list[Any]]:
         """The database's time now, and every TQ changed after `since` (all without it):
@@ -219,9 +217,6 @@ class PostgresTaskQueueDB(PostgresStatements, TaskQueueDB, dialect="postgresql")
     async def _free(self, tq_id: int) -> bool:
         lock = select(task_queues.c.id).where(task_queues.c.id == tq_id).with_for_update(skip_locked=True)
         return (await self.conn.execute(lock)).first() is not None  # else gone, or being filled
-
-    def _levels_locked(self, stmt: Select) -> Select:
-        return stmt.order_by(task_queues.c.id).with_for_update(key_share=True)
 
 
 class SQLiteTaskQueueDB(SQLiteStatements, TaskQueueDB, dialect="sqlite"):

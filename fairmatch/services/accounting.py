@@ -104,6 +104,18 @@ async def replace_associations(
         return await db.replace_associations(rows)
 
 
+async def reset_usage(
+    conn: AsyncConnection, account: str | None, user: str | None, settings: Settings | AccountingSettings
+) -> int:
+    """Zero the raw usage of an account, a user, one association or everything (sacctmgr's
+    RawUsage=0), in one transaction; charges logged before are folded first, so that none of
+    them comes back at the next fold. How many nodes were reset."""
+    async with conn.begin():
+        db = AccountingDB.of(conn)
+        await _fold(db, _accounting(settings), wait=True)
+        return await db.reset_usage(account, user, utcnow())
+
+
 async def load_associations(conn: AsyncConnection) -> list[Association]:
     """The stored rows in the dump's order (reading them back in `position` order
     gives the imported text back byte for byte)."""

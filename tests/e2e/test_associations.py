@@ -212,6 +212,33 @@ def test_cli_remove_takes_the_tree_away(fairmatch, server, clean):
     assert row_count(clean) == 0
 
 
+def test_cli_reset_usage_names_what_it_reset(fairmatch, server, clean):
+    fairmatch("associations", "import", str(FIXTURE), "--url", server.url)
+    with server.client() as client:  # one job of alice's charged to lhcb_user
+        r = client.post("/jobs", json={"jobs": [{"owner": "alice", "owner_group": "lhcb_user"}]})
+        job_id = r.json()["jobs"][0]["job_id"]
+        assert client.post("/match", json={"Site": "S1", "CPUTime": 10**7, "JobID": job_id}).status_code == 200
+        for status in ("Running", "Done"):
+            assert client.post(f"/jobs/{job_id}/status", json={"status": status, "cpu_seconds": 60}).status_code == 200
+
+    one = fairmatch("associations", "reset-usage", "--account", "lhcb_user", "--user", "alice", "--url", server.url)
+    nodes = usage_nodes(clean)  # the association and its ancestors, charged by the fold the reset made
+    everything = fairmatch("associations", "reset-usage", "--url", server.url)
+
+    assert one.returncode == 0 and everything.returncode == 0, one.stderr + everything.stderr
+    assert json.loads(one.stdout) == {"reset": 1}
+    assert len(nodes) > 1 and json.loads(everything.stdout) == {"reset": len(nodes)}
+    assert set(usage_nodes(clean).values()) == {0.0}
+
+
+def usage_nodes(clean) -> dict[tuple[str, str], float]:
+    engine = clean.engine()
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql('SELECT account, "user", usage FROM usage_totals').all()
+    engine.dispose()
+    return {(account, user): usage for account, user, usage in rows}
+
+
 def test_cli_import_of_a_broken_dump_names_the_line(fairmatch, server, clean, dump, tmp_path):
     fairmatch("associations", "import", str(FIXTURE), "--url", server.url)
     broken = tmp_path / "broken.txt"

@@ -144,3 +144,50 @@ def test_without_a_tree_any_account_is_accepted_and_charged(client, clean):
     job_id = run_job(client, "zoe", "g", account="anything", cpu_seconds=5.0)
     assert client.get(f"/jobs/{job_id}").json()["account"] == "anything"
     assert totals(clean, client) == {("anything", "zoe"): 5.0, ("anything", ""): 5.0}
+
+
+def test_a_usage_reset_zeroes_what_it_names_and_keeps_the_rest(client, clean):
+    r = client.put(
+        "/associations", content=(TREE + "theory|1||bob|\n").encode(), headers={"content-type": "text/plain"}
+    )
+    assert r.status_code == 200, r.text
+    run_job(client, "alice", "theory", cpu_seconds=100.0)
+    run_job(client, "bob", "theory", cpu_seconds=50.0)
+    assert totals(clean, client)[("theory", "")] == pytest.approx(150.0, rel=1e-5)  # decays a little
+
+    r = client.post("/associations/usage/reset", json={"account": "theory", "user": "alice"})
+
+    assert r.status_code == 200 and r.json() == {"reset": 1}, r.text
+    after = totals(clean, client)
+    assert after[("theory", "alice")] == 0.0
+    assert (after[("theory", "bob")], after[("theory", "")]) == pytest.approx((50.0, 150.0), rel=1e-5)
+    assert [c[3] for c in charges(clean)] == ["bob"]  # alice's folded charge is gone with her usage
+
+    assert client.post("/associations/usage/reset", json={"account": "theory"}).json() == {"reset": 3}
+    after = totals(clean, client)
+    assert after[("theory", "bob")] == after[("theory", "")] == 0.0
+    assert after[("root", "")] == pytest.approx(150.0, rel=1e-5)
+
+
+def test_a_usage_reset_folds_first_so_no_charge_comes_back(client, clean):
+    import_tree(client)
+    run_job(client, "alice", "theory", cpu_seconds=100.0)  # logged, not yet folded
+
+    assert client.post("/associations/usage/reset", json={}).json() == {"reset": 4}
+
+    assert set(totals(clean, client).values()) == {0.0}  # the next fold finds nothing of it
+    assert charges(clean) == []
+
+
+@pytest.mark.parametrize("body", [{"acount": "theory"}, {"user": ""}, {"account": 5}, []])
+def test_a_usage_reset_with_a_bad_body_is_a_422_and_resets_nothing(client, clean, body):
+    import_tree(client)
+    run_job(client, "alice", "theory", cpu_seconds=100.0)
+    assert_problem(client.post("/associations/usage/reset", json=body), 422)
+    assert totals(clean, client)[("theory", "alice")] == pytest.approx(100.0, rel=1e-5)
+
+
+def test_only_an_admin_resets_usage(as_role):
+    for role in ("operator", "user", "pilot"):
+        assert_problem(as_role(role).post("/associations/usage/reset", json={}), 403)
+    assert as_role("admin").post("/associations/usage/reset", json={}).status_code == 200

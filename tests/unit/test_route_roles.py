@@ -62,6 +62,7 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("DELETE", "/associations"): frozenset({ADMIN}),
     ("GET", "/associations"): frozenset({ADMIN, OPERATOR}),
     ("GET", "/associations/usage"): frozenset({ADMIN, OPERATOR}),
+    ("POST", "/associations/usage/reset"): frozenset({ADMIN}),
     ("GET", "/limits"): frozenset({ADMIN, OPERATOR}),
     ("PUT", "/limits"): frozenset({ADMIN}),
     ("GET", "/site-mask"): EVERY_ROLE,
