@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, Strict
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, Strict, WithJsonSchema
 
 MAX_NAME = 255
 MAX_VALUES = 1000
@@ -51,20 +52,17 @@ NameList = Annotated[
 Int = Annotated[int, Strict()]
 
 
-MAX_MOMENT = 64  # an ISO 8601 time with microseconds and a zone is 32 characters
+MAX_TIME = 64  # an ISO 8601 time with microseconds and a zone is 32 characters
+_TIME_SCHEMA = WithJsonSchema({"type": "string", "format": "date-time", "maxLength": MAX_TIME})
 
 
-def _short_text(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_MOMENT:
-        raise ValueError(f"a time is at most {MAX_MOMENT} characters")
+def _short_time(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_TIME:
+        raise ValueError(f"a time is at most {MAX_TIME} characters")
     return value
 
 
-# A point in time from outside: ISO 8601 with its zone, as bounded as every other string.
-Moment = Annotated[
-    AwareDatetime,
-    BeforeValidator(
-        _short_text,
-        json_schema_input_type=Annotated[str, Field(max_length=MAX_MOMENT, json_schema_extra={"format": "date-time"})],
-    ),
-]
+# A point in time from outside (ISO 8601), as bounded as every other string; with its zone or not.
+Time = Annotated[datetime, BeforeValidator(_short_time), _TIME_SCHEMA]
+# The same, its zone required.
+Moment = Annotated[AwareDatetime, BeforeValidator(_short_time), _TIME_SCHEMA]

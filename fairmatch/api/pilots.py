@@ -10,34 +10,20 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field
 
 from fairmatch.api.deps import Connection, PilotsAndOperators
 from fairmatch.api.schemas import Pilot, PilotPage
 from fairmatch.auth.tokens import Principal
 from fairmatch.db.pilots import Cursor, PilotFilter
 from fairmatch.errors import BadRequest, InvalidInput
-from fairmatch.fields import MAX_NAME, NAME_PATTERN
+from fairmatch.fields import MAX_NAME, NAME_PATTERN, Time
 from fairmatch.services import pilots as pilot_service
 
 router = APIRouter(prefix="/pilots", tags=["pilots"])
 
 MAX_CURSOR = 2048  # a timestamp and a reference of up to 255 characters, encoded
-MAX_TIME = 64  # an ISO 8601 time, with room to spare
 NAME = re.compile(NAME_PATTERN)
-
-
-def _short_time(value: object) -> object:
-    if isinstance(value, str) and len(value) > MAX_TIME:
-        raise ValueError(f"a time is at most {MAX_TIME} characters")
-    return value
-
-
-Time = Annotated[
-    datetime,
-    BeforeValidator(_short_time),
-    WithJsonSchema({"type": "string", "format": "date-time", "maxLength": MAX_TIME}),
-]
 
 
 def encode_cursor(after: Cursor) -> str:
