@@ -256,18 +256,25 @@ class PriorityDB(AreaDB):
 
     async def forget_drained_levels(self) -> int:
         """Empty the levels of TQs without jobs (claims do not subtract); how many were emptied.
-        In a `changing` transaction."""
-        result = await self.conn.execute(
-            update(task_queues)
-            .where(
-                func.json_array_length(task_queues.c.levels) > 0,
-                ~exists().where(tq_jobs.c.tq_id == task_queues.c.id),
+        In a `changing` transaction of its own: its locks are taken in id order, as every
+        writer of task queues takes them, and not after a priority run's, which would
+        take two batches out of order and could wait in a cycle with a submission.
+
+        The queues are locked first, then emptied by a second statement whose snapshot
+        sees the jobs of a submission that held one of those locks and has since committed."""
+        tq = task_queues
+        drained = ~exists().where(tq_jobs.c.tq_id == tq.c.id)
+        candidates = select(tq.c.id).where(func.json_array_length(tq.c.levels) > 0, drained)
+        locked = list((await self.conn.execute(self.tq_rows_locked(candidates))).scalars())
+        emptied = 0
+        for part in chunks(locked):
+            result = await self.conn.execute(
+                update(tq).where(tq.c.id.in_(part), drained).values(levels=[], changed_at=self.change_time())
             )
-            .values(levels=[], changed_at=self.change_time())
-        )
-        if result.rowcount:
+            emptied += result.rowcount
+        if emptied:
             mark_changed(self.conn)
-        return result.rowcount
+        return emptied
 
     async def queue_priorities(self, task_queue_id: int | None, scope: JobScope) -> dict[int, Any]:
         """TQs (one, or all) within the owner scope, by id: keys, priority class, priority, origin."""

@@ -358,8 +358,6 @@ async def recompute(
         rows = await db.waiting_loads()
         outcome = await decide(DatabaseInputs(conn, settings), settings, corrections, rows, started)
         changed = await _apply(db, rows, outcome)
-        # TQs whose last job left still list levels (claims do not subtract): no matcher draws from them again
-        await db.forget_drained_levels()
         finished = utcnow()
         report = {
             "policy": settings.priority.policy,
@@ -372,6 +370,9 @@ async def recompute(
             "task_queues": len(rows), "report": report,
         }, outcome.corrections)  # fmt: skip
         await db.prune_runs(run_id, KEEP_RUNS)
+    # TQs whose last job left still list levels (claims do not subtract): no matcher draws from them again
+    async with changing(conn):
+        await PriorityDB.of(conn).forget_drained_levels()
     RECOMPUTE_DURATION.observe(time.perf_counter() - clock)
     return {
         "runner": runner,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select, text, update
 
 from fairmatch.clock import utcnow
+from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PostgresPriorityDB, PriorityDB
-from fairmatch.db.tables import task_queues
+from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 
 pytestmark = pytest.mark.anyio
@@ -85,3 +88,39 @@ async def test_jobs_counted_into_a_queue_while_a_run_reads_keep_their_level(worl
     await world.recompute()
     levels = await stored_levels(world)
     assert levels[first_level] == 2 and sorted(levels.values()) == [1, 2]  # the new level is there, exactly
+
+
+@pytest.mark.parametrize("template", ["postgresql"], indirect=True)
+async def test_a_drained_queue_given_a_job_while_its_levels_are_forgotten_keeps_them(world_of):
+    """The forget sees a drained queue, then waits for its lock behind a transaction that
+    puts a job back in it and counts it; once that commits, the queue keeps its level."""
+    world, other = await world_of(), await world_of()
+    await world.submit([{"owner": "alice", "owner_group": "g", "user_priority": 1}])
+    job = await world.match(PILOT)
+    (level,) = await stored_levels(world)  # claims do not subtract: a drained queue still lists its level
+    async with other.conn.begin():
+        (tq_id,) = (await other.conn.execute(select(task_queues.c.id))).scalars()
+        await other.conn.execute(
+            insert(tq_jobs).values(job_id=job["job_id"], tq_id=tq_id, user_priority=1, real_priority=level)
+        )
+        await other.conn.execute(update(task_queues).values(levels=[[level, 2]]))
+
+        async def forget() -> int:
+            async with changing(world.conn):
+                return await PriorityDB.of(world.conn).forget_drained_levels()
+
+        forgetting = asyncio.create_task(forget())
+        await waiting_for_a_lock(other.conn)
+    assert await forgetting == 0
+    assert await stored_levels(world) == {level: 2}
+
+
+async def waiting_for_a_lock(conn, timeout_s: float = 10.0) -> None:
+    """Return once another session of this database waits for a row lock."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    while not (await conn.execute(waiting)).scalar_one():
+        assert asyncio.get_running_loop().time() < deadline, "no session waited for the lock"
+        await asyncio.sleep(0.02)
