@@ -28,7 +28,7 @@ from sqlalchemy import ARRAY
 from sqlalchemy.dialects import postgresql
 
 from bench.workload_fit import apportion
-from bench.workload_model import LevelSplit, Mix, Workload, priority_mix, requirements_json
+from bench.workload_model import LevelSplit, Mix, Workload, priority_mix
 from fairmatch.db.tables import task_queues
 from fairmatch.db.taskqueues import INITIAL_PRIORITY
 from fairmatch.jobs.lifecycle import JobStatus
@@ -209,7 +209,7 @@ def _copy_jobs(
     for i, tq_id in tq_ids.items():
         spec, req = workload.specs[i], workload.requirements[i]
         head = (JobStatus.Waiting.value, req.owner, req.owner_group, req.vo, req.owner_group, spec["cpu_time"])
-        requirements = (json.dumps(requirements_json(req)), None)  # no payload
+        requirements = (json.dumps(req.to_json()), None)  # no payload
         for p in priorities:
             fields = (*head, p, PRIORITY_CLASS, tq_id, stamp)
             job_tail[i, p] = ("\t" + "\t".join(map(_text, fields)) + "\n").encode()

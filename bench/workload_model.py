@@ -3,19 +3,17 @@ popularity figures pilots are drawn from."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_of
 from fairmatch.settings import Settings, load_settings
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements
 
 # user priority -> share of each TQ's jobs: most jobs at the default 1, some
 # raised by their owners, so every TQ of more than a handful of jobs holds
@@ -100,7 +98,7 @@ class Workload:
 
     @cached_property
     def hashes(self) -> tuple[str, ...]:
-        return tuple(requirements_hash(r) for r in self.requirements)
+        return tuple(r.hash for r in self.requirements)
 
     @property
     def total_jobs(self) -> int:
@@ -116,27 +114,6 @@ class Workload:
                 tqs[value] += 1
                 jobs[value] += n
         return {v: (tqs[v], jobs[v]) for v in sorted(tqs)}
-
-
-_FIELDS = tuple(f.name for f in fields(Requirements))
-
-
-def requirements_json(req: Requirements) -> dict[str, Any]:
-    """Equal to req.to_json(), without dataclasses.asdict's deep copies (which
-    would cost seconds over 10,000 TQs)."""
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        value = getattr(req, name)
-        if name in RAM_FIELDS and value == 0:
-            continue  # as to_json: a queue without a RAM range keeps the hash it had before them
-        out[name] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def requirements_hash(req: Requirements) -> str:
-    """Equal to req.hash (the same canonical JSON), at requirements_json's speed."""
-    canonical = json.dumps(requirements_json(req), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def settle(spec: dict[str, Any]) -> dict[str, Any]:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
-from fairmatch.taskqueues.requirements import Requirements
+from fairmatch.taskqueues.requirements import CANONICAL_FIELDS
 
 MIN_PRIORITY = 0.001
 BACKGROUND_LIMIT = 0.1
@@ -33,7 +33,7 @@ BACKGROUND_LIMIT = 0.1
 # The definition fields the variants of one workflow may differ in (DIRAC 9's
 # priorityIgnoredFields); the rest of a TQ's definition is its workflow.
 VARIANT_FIELDS = frozenset({"sites", "banned_sites", "min_ram_mb", "max_ram_mb"})
-WORKFLOW_FIELDS = tuple(f.name for f in fields(Requirements) if f.name not in VARIANT_FIELDS)
+WORKFLOW_FIELDS = tuple(name for name in CANONICAL_FIELDS if name not in VARIANT_FIELDS)
 
 
 def workflow_of(definition: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -5,11 +5,12 @@ Pure logic: no database, no web framework.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ANY = "any"
@@ -82,6 +83,8 @@ class Requirements:
     tags: tuple[str, ...] = ()
     min_ram_mb: int = 0
     max_ram_mb: int = 0
+    # the hash, once asked for: a submission names each queue by it more than once
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -124,11 +127,14 @@ class Requirements:
     def to_json(self) -> dict[str, Any]:
         """The canonical form (what the hash digests, what a job's spec stores): a RAM
         bound of 0 is left out, and `from_json` reads its absence as 0."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v
-            for k, v in asdict(self).items()
-            if not (k in RAM_FIELDS and v == 0)
-        }
+        canonical: dict[str, Any] = {}
+        for name in CANONICAL_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                canonical[name] = list(value)
+            elif value or name not in RAM_FIELDS:
+                canonical[name] = value
+        return canonical
 
     def values(self, field: str) -> tuple[str, ...]:
         values: tuple[str, ...] = getattr(self, field)
@@ -137,5 +143,12 @@ class Requirements:
     @property
     def hash(self) -> str:
         """Canonical digest: identical requirements, identical TQ."""
-        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        if self._digest is None:
+            canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_digest", hashlib.sha256(canonical.encode()).hexdigest())
+        assert self._digest is not None
+        return self._digest
+
+
+# the fields of the canonical form: every requirement, not the cached digest
+CANONICAL_FIELDS = tuple(f.name for f in dataclasses.fields(Requirements) if f.init)

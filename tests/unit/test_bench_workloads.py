@@ -31,8 +31,6 @@ from bench.workload_model import (
     LevelSplit,
     parse_mix,
     priority_mix,
-    requirements_hash,
-    requirements_json,
 )  # fmt: skip
 from bench.workloads import catalog_of, diracx, eligible_count, eligible_fraction, load, pilots, top_up
 from fairmatch.auth.tokens import ANONYMOUS_ADMIN
@@ -185,8 +183,7 @@ def test_hashes_are_what_the_service_computes(snapshot, target):
             (settled,) = check_submission(ANONYMOUS_ADMIN, [JobSpec(**spec)])
             req = requirements_of(settled, settings.jobs, settings.taskqueues.cpu_buckets)
             assert req == workload.requirements[i]
-            assert req.hash == workload.hashes[i] == requirements_hash(req)
-            assert requirements_json(req) == req.to_json()
+            assert req.hash == workload.hashes[i]
 
 
 @pytest.mark.parametrize("which", ["snapshot", "target"])

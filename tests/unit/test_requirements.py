@@ -1,5 +1,8 @@
 """Requirement normalisation, CPU-time buckets, the TQ hash and real priorities."""
 
+import hashlib
+import json
+
 import pytest
 
 from fairmatch.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
@@ -107,3 +110,15 @@ def test_ram_is_part_of_the_queue_and_round_trips():
     # a job's spec stored before RAM ranges reads as none
     stored = build().to_json()
     assert Requirements.from_json(stored).min_ram_mb == 0 == Requirements.from_json(stored).max_ram_mb
+
+
+def test_the_hash_digests_the_canonical_form_alone_and_is_kept():
+    """A queue's name is the SHA-256 of its requirements' sorted canonical JSON: the cached
+    digest is no part of that form, and a hash asked for twice is the same."""
+    req = build(sites=["B", "A"], tags=["gpu"], min_ram_mb=2048)
+    canonical = req.to_json()
+    assert "_digest" not in canonical and canonical["sites"] == ["A", "B"] and canonical["min_ram_mb"] == 2048
+    digest = hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert req.hash == digest == req.hash
+    assert Requirements.from_json(canonical) == req and Requirements.from_json(canonical).hash == digest
+    assert "min_ram_mb" not in build().to_json()  # a queue without a RAM range keeps its older hash
