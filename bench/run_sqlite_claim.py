@@ -65,7 +65,7 @@ async def _prepare(url: str, task_queues: int, jobs: int) -> int:
         async with engine.connect() as conn:
             specs = _specs(task_queues, jobs, random.Random(1))
             for start in range(0, len(specs), 5000):
-                await submission.submit(conn, specs[start : start + 5000], settings)
+                await submission.submit(conn, specs[start : start + 5000], settings, by="alice")
             corrections = priorities.configured_corrections(settings.priority)
             await priorities.recompute(conn, settings, corrections, runner="bench", scheduled=False)
             return len(specs)

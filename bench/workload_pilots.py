@@ -72,6 +72,7 @@ def catalog_of(workload: Workload) -> Catalog:
             "min_ram_mb": req.min_ram_mb,
             "max_ram_mb": req.max_ram_mb,
             "priority": 1.0,
+            "shareless": False,
             "levels": [[1.0, jobs]],
             "changed_at": None,
             **{field: list(req.values(field)) for field in MULTI_VALUE_FIELDS},

@@ -14,7 +14,9 @@ from fastapi import APIRouter, FastAPI
 import fairmatch as package
 from fairmatch.api import associations as associations_api
 from fairmatch.api import (
+    audit,
     body_limits,
+    bulk,
     health,
     job_classes,
     jobs,
@@ -51,6 +53,7 @@ log = logging.getLogger("fairmatch")
 # The routers in the order the OpenAPI document lists their operations.
 ROUTERS: list[tuple[APIRouter, str]] = [
     (jobs.router, API_PREFIX),
+    (bulk.router, API_PREFIX),
     (jobs.reports, API_PREFIX),
     (groups_api.router, API_PREFIX),
     (associations_api.router, API_PREFIX),
@@ -61,6 +64,7 @@ ROUTERS: list[tuple[APIRouter, str]] = [
     (site_limits.router, API_PREFIX),
     (site_mask.router, API_PREFIX),
     (pilots.router, API_PREFIX),
+    (audit.router, API_PREFIX),
     (health.router, ""),
 ]
 # What pilots call thousands of times a second: POST /match and their status reports.

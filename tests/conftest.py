@@ -284,7 +284,7 @@ def server_factory(database, tmp_path) -> Iterator[Start]:
     yield from servers_on(database, tmp_path)
 
 
-QUIET_SETTINGS = ("MATCHING__", "PRIORITY__POLICY")  # what a quiet server may set
+QUIET_SETTINGS = ("MATCHING__", "PRIORITY__POLICY", "JOBS__CLOCK_SKEW_SECONDS")  # what a quiet server may set
 
 
 @pytest.fixture(scope="module")
@@ -309,7 +309,8 @@ def quiet_server(database, quiet_servers, clean, tmp_path_factory) -> Start:
 def quiet_server_of(database: TestDatabase, quiet_servers: dict, tmp_path_factory, start: Start) -> Start:
     """The module's server of this backend with these settings, started when first asked for.
 
-    Only settings that change what a request does (`matching.*`, `priority.policy`), and
+    Only settings that change what a request does (`matching.*`, `priority.policy`,
+    `jobs.clock_skew_seconds`), and
     the server's priority loop runs once, a second after its start (waited for here when
     the policy is not the default's), and not again within the hour: it writes nothing the
     other tests on the database could see, so every test asking for the same settings can

@@ -28,7 +28,7 @@ from fairmatch.api.deps import Admin, Connection, CurrentSettings, Operators
 from fairmatch.api.schemas import AssociationUsageList
 from fairmatch.errors import InvalidInput
 from fairmatch.fields import Name
-from fairmatch.services import accounting, priorities
+from fairmatch.services import accounting, audit, priorities
 
 router = APIRouter(prefix="/associations", tags=["associations"])
 
@@ -112,7 +112,9 @@ async def put_associations(request: Request, caller: Admin, conn: Connection, se
         rows = await run_in_threadpool(parse_sacctmgr, text)
     except AssociationError as exc:
         raise InvalidInput(str(exc), errors=_line_errors(exc)) from None
-    return {"associations": await accounting.replace_associations(conn, rows, settings)}
+    imported = await accounting.replace_associations(conn, rows, settings)
+    await audit.record(conn, caller.sub, "associations.put", None, {"associations": imported})
+    return {"associations": imported}
 
 
 @router.delete("", status_code=204, summary="Remove the association tree (admin)")
@@ -120,6 +122,7 @@ async def delete_associations(caller: Admin, conn: Connection, settings: Current
     """As if none had been imported: any account is accepted again, and fair shares come from the
     groups and their owners. Charges logged before are folded first, up the tree they were made under."""
     await accounting.replace_associations(conn, [], settings)
+    await audit.record(conn, caller.sub, "associations.delete")
     return Response(status_code=204)
 
 
@@ -145,7 +148,10 @@ async def reset_usage(body: UsageReset, caller: Admin, conn: Connection, setting
     """Charges logged before are folded first, then the matching associations' usage is set to
     zero and their folded charges are dropped (the rank policy's window reads them). Priorities
     follow at the next priority run. The ancestors of a reset association keep what it was charged."""
-    return {"reset": await accounting.reset_usage(conn, body.account, body.user, settings)}
+    reset = await accounting.reset_usage(conn, body.account, body.user, settings)
+    target = "/".join(part for part in (body.account, body.user) if part is not None) or None
+    await audit.record(conn, caller.sub, "usage.reset", target, {"asked": body.model_dump(mode="json"), "reset": reset})
+    return {"reset": reset}
 
 
 @router.get(

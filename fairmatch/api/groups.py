@@ -12,6 +12,7 @@ from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
 from fairmatch.fields import Name
 from fairmatch.priority.groups import GroupUpdate
+from fairmatch.services import audit
 from fairmatch.services import groups as group_service
 
 router = APIRouter(prefix="/groups", tags=["groups"])
@@ -65,6 +66,7 @@ async def put_group(name: GroupName, body: GroupUpdate, caller: Admin, conn: Con
     """The body is the whole definition: an omitted field takes its default.
     200 with the stored group when it existed, 201 when it was created."""
     group, created = await group_service.put_group(conn, name, body)
+    await audit.record(conn, caller.sub, "group.put", name, {"asked": body.model_dump(mode="json"), "created": created})
     if created:
         response.status_code = 201
     return group
@@ -75,4 +77,5 @@ async def delete_group(name: GroupName, caller: Admin, conn: Connection) -> Resp
     """The group's jobs stay and get the defaults (share 1000, no property) from the next
     priority run. A group named in the configuration file comes back at the next start."""
     await group_service.delete_group(conn, name)
+    await audit.record(conn, caller.sub, "group.delete", name)
     return Response(status_code=204)

@@ -12,6 +12,7 @@ from fairmatch.errors import NotFound
 from fairmatch.fields import Name
 from fairmatch.jobs.classes import JobClassSpec
 from fairmatch.jobs.priority_classes import job_class_usable
+from fairmatch.services import audit
 from fairmatch.services import job_classes as class_service
 
 router = APIRouter(prefix="/job-classes", tags=["job classes"])
@@ -65,6 +66,9 @@ async def put_job_class(
     200 with the stored class when it existed, 201 when it was created.
     Jobs already submitted keep the priority class they were given."""
     job_class, created = await class_service.put_class(conn, name, body)
+    await audit.record(
+        conn, caller.sub, "job_class.put", name, {"asked": body.model_dump(mode="json"), "created": created}
+    )
     if created:
         response.status_code = 201
     return job_class.as_dict()
@@ -80,4 +84,5 @@ async def delete_job_class(name: ClassName, caller: Admin, conn: Connection) -> 
     """Refused with a 409 while waiting jobs use the class: kill, reschedule or change their class
     first. Jobs that run or finished keep its name."""
     await class_service.delete_class(conn, name)
+    await audit.record(conn, caller.sub, "job_class.delete", name)
     return Response(status_code=204)

@@ -12,7 +12,7 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from fairmatch.api.deps import Admin, AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
-from fairmatch.api.schemas import Job, JobPage, PurgeResult, SubmitResponse
+from fairmatch.api.schemas import Job, JobHistory, JobPage, PurgeResult, SubmitResponse
 from fairmatch.auth import policy
 from fairmatch.clock import utcnow
 from fairmatch.errors import BadRequest, InvalidInput
@@ -21,7 +21,7 @@ from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import MAX_ID, JobQuery
 from fairmatch.jobs.models import PurgeRequest, StatusUpdate, SubmitRequest
 from fairmatch.metrics import SUBMITTED_JOBS
-from fairmatch.services import job_classes, jobs, reprioritise, retention, submission
+from fairmatch.services import audit, job_classes, jobs, reprioritise, retention, submission
 from fairmatch.services.background import runner_name
 from fairmatch.settings import Settings
 
@@ -61,7 +61,7 @@ async def submit_jobs(body: SubmitRequest, caller: Submitters, conn: Connection,
             f"{len(body.jobs)} jobs in one request; the limit is {settings.jobs.max_batch}",
             [{"loc": ["body", "jobs"], "msg": "too many jobs", "type": "too_long"}],
         )
-    queued = await submission.submit(conn, specs, settings)
+    queued = await submission.submit(conn, specs, settings, by=caller.sub)
     SUBMITTED_JOBS.inc(len(queued))
     return {"jobs": queued}
 
@@ -84,10 +84,14 @@ async def purge_jobs(body: PurgeRequest, caller: Admin, conn: Connection, settin
     `retention.batch_size` (each its own transaction), archived first when
     `retention.archive_dir` is set. A dry run counts them and deletes nothing.
     Fair-share usage is kept: it never refers to a job's row."""
-    return await retention.purge_jobs(
+    purged = await retention.purge_jobs(
         conn, settings, timedelta(seconds=body.older_than_seconds), body.statuses, dry_run=body.dry_run,
         runner=f"{caller.sub} via {runner_name()}",
     )  # fmt: skip
+    if not body.dry_run:
+        await audit.record(conn, caller.sub, "purge.run", None, {"asked": body.model_dump(mode="json"),
+                                                                  "jobs": purged.get("jobs")})  # fmt: skip
+    return purged
 
 
 @router.get("", response_model=JobPage, summary="List jobs, oldest first")
@@ -105,6 +109,13 @@ async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery
 @router.get("/{job_id}", response_model=Job, summary="One job")
 async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
     return await jobs.get(conn, job_id, policy.job_scope(caller))
+
+
+@router.get("/{job_id}/history", response_model=JobHistory, summary="What happened to a job, and who did it")
+async def job_history(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
+    """Every status the job took, oldest first, with its minor status, what made the change
+    and who acted (DIRAC's `dirac-wms-job-logging-info`). Users see their own jobs' history."""
+    return await jobs.history(conn, job_id, policy.job_scope(caller))
 
 
 @router.patch(
@@ -126,9 +137,11 @@ async def change_priority(
     the task queue of its new class at once; any other non-final job keeps the
     values for when it is rescheduled."""
     check_class = partial(priority_classes.check_class_change, caller, requested=body.priority_class)
-    return await reprioritise.change_priority(
-        conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller)
+    job = await reprioritise.change_priority(
+        conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller), by=caller.sub
     )
+    await audit.record(conn, caller.sub, "job.priority", str(job_id), {"asked": body.model_dump(mode="json")})
+    return job
 
 
 @router.post(
@@ -149,7 +162,7 @@ async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, se
     stalled job). Users reschedule their own jobs only."""
     job = await jobs.reschedule(
         conn, job_id, utcnow(), settings, source="reschedule", minor_status="rescheduled by its owner",
-        scope=policy.job_scope(caller),
+        scope=policy.job_scope(caller), by=caller.sub,
     )  # fmt: skip
     assert job is not None  # without `only_if` the job always moves
     return job
@@ -157,7 +170,7 @@ async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, se
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")
 async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
-    return await jobs.kill(conn, job_id, policy.job_scope(caller))
+    return await jobs.kill(conn, job_id, policy.job_scope(caller), by=caller.sub)
 
 
 @reports.post("/{job_id}/status", response_model=Job, summary="Report a status (also the heartbeat)")
@@ -171,7 +184,7 @@ async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOper
     settings: Settings = request.app.state.settings
     async with connection(request) as conn:
         job = await jobs.report_status(
-            conn, job_id, body, settings, policy.job_scope(caller), counted=policy.return_counts(caller)
+            conn, job_id, body, settings, policy.job_scope(caller), by=caller.sub, counted=policy.return_counts(caller)
         )
     # the job comes from the database as the schema describes it: encoded, not validated again
     return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")

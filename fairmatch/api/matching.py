@@ -31,7 +31,13 @@ router = APIRouter(tags=["matching"])
 @router.post(
     "/match",
     response_model=Job,
-    responses={204: {"description": "No job is eligible for this resource."}},
+    responses={
+        204: {"description": "No job is eligible for this resource."},
+        409: {
+            "description": "The `request_id` was first sent with other matching fields: the problem names"
+            " the first request's site (`first_site`) and the fields that differ (`differing_fields`)."
+        },
+    },
     summary="Claim the job this resource should run now",
 )
 async def match(resource: ClaimingResource, caller: Pilots, request: Request) -> Response:

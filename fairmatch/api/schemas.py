@@ -91,6 +91,25 @@ class PilotPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null at the end.")
 
 
+class JobEvent(BaseModel):
+    at: datetime
+    status: str = Field(description="The status the job took (a priority change records the status it kept).")
+    minor_status: str | None
+    source: str = Field(
+        description="What made the change: submit, match, api (a status report), reschedule, kill, priority,"
+        " lease (a pilot that never confirmed), stall (the stalled-job watchdog)."
+    )
+    by: str | None = Field(
+        description="Who acted: the caller's identity (its token's subject), `system` for the service's own"
+        " watchdogs; null for events recorded before it was kept."
+    )
+
+
+class JobHistory(BaseModel):
+    job_id: int
+    events: list[JobEvent] = Field(description="Oldest first.")
+
+
 class JobPage(BaseModel):
     jobs: list[Job]
     next_cursor: str | None = Field(description="Pass as `after` for the next page; null at the end.")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, mode
 from fairmatch.api.deps import Admin, Connection, Operators
 from fairmatch.fields import Int, Name
 from fairmatch.limits.rules import DIRAC_NAMES, WHOLE_SITE, Attribute, Limit
+from fairmatch.services import audit
 from fairmatch.services import limits as limit_service
 
 router = APIRouter(prefix="/limits", tags=["limits"])
@@ -112,4 +113,5 @@ async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
         key=lambda limit: limit.key,
     )
     await limit_service.replace_limits(conn, limits)
+    await audit.record(conn, caller.sub, "site_limits.put", None, {"asked": body.model_dump(mode="json")})
     return await _current(conn)

@@ -16,6 +16,7 @@ router = APIRouter(tags=["status"])
 
 class JobCounts(BaseModel):
     waiting: int
+    held: int = Field(description="Held: out of their task queues until released.")
     matched: int
     running: int
     stalled: int
@@ -24,6 +25,7 @@ class JobCounts(BaseModel):
 class GroupCounts(BaseModel):
     owner_group: str
     waiting: int
+    held: int
     matched: int
     running: int
     stalled: int

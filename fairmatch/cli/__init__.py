@@ -17,6 +17,7 @@ import typer
 
 from fairmatch.cli import (
     associations,
+    audit,
     db,
     groups,
     jobs,
@@ -41,7 +42,7 @@ cli = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold database passwords
 )
 # commands, then groups, in the order `fairmatch --help` lists them
-for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app, simulate.app):
+for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app, audit.app, simulate.app):
     cli.add_typer(commands)
 for name, group in (
     ("db", db.app), ("token", token.app), ("associations", associations.app),

@@ -1,5 +1,5 @@
-"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, kill, reprioritise and purge jobs over
-the REST API."""
+"""`fairmatch submit` and `fairmatch jobs …`: submit, list, show, trace, kill, reprioritise and purge
+jobs over the REST API."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fairmatch.cli import render
+from fairmatch.cli import render, selection
 from fairmatch.cli.client import Service, TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.common import EXIT_USAGE, enum_parser, fail, note
 from fairmatch.cli.files import load_jobs
 from fairmatch.cli.render import dash, fields_table, new_table, show, timestamp
-from fairmatch.jobs.lifecycle import JobStatus
 
 BATCH_SIZE = 10_000  # the server's largest POST /jobs
 PAGE_SIZE = 1000  # the largest page GET /jobs gives
@@ -114,19 +113,14 @@ def submitted_table(document: dict) -> Table:
 
 @app.command("list")
 def list_jobs(
-    status: Annotated[
-        list[JobStatus] | None,
-        typer.Option(parser=enum_parser(JobStatus), help="Only jobs in this state; repeat for several."),
-    ] = None,
-    owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
-    group: Annotated[
-        str | None, typer.Option("--group", "--owner-group", help="Only jobs of this owner group.")
-    ] = None,
-    account: Annotated[str | None, typer.Option(help="Only jobs charged to this account.")] = None,
-    site: Annotated[str | None, typer.Option(help="Only jobs matched at this site.")] = None,
-    task_queue: Annotated[int | None, typer.Option(min=1, help="Only jobs last queued in this task queue.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only jobs submitted at or after this ISO 8601 time.")] = None,
-    until: Annotated[str | None, typer.Option(help="Only jobs submitted before this ISO 8601 time.")] = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many jobs, oldest first.")] = 100,
     all_pages: Annotated[bool, typer.Option("--all", help="Every matching job: follow all pages.")] = False,
     after: Annotated[
@@ -139,8 +133,7 @@ def list_jobs(
 
     With --limit the answer's next_cursor continues the listing (--after); --all lists everything.
     """
-    query = {"status": [s.value for s in status or ()], "owner": owner, "owner_group": group, "account": account,
-             "site": site, "task_queue_id": task_queue, "since": since, "until": until}  # fmt: skip
+    query = selection.filters(status, owner, group, account, site, task_queue, since, until)
     jobs, next_cursor = fetch_jobs(connect(url, token), query, None if all_pages else limit, after)
     show({"jobs": jobs, "next_cursor": next_cursor}, job_list_table)
 
@@ -188,26 +181,117 @@ def show_one(job_id: JobId, url: UrlOption = None, token: TokenOption = None) ->
     show_job(call_api(connect(url, token), "GET", f"/jobs/{job_id}"), f"Job {job_id}")
 
 
+@app.command("history")
+def history(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
+    """What happened to a job, oldest first: each status, what made it and who acted."""
+    show(call_api(connect(url, token), "GET", f"/jobs/{job_id}/history"), history_table)
+
+
+def history_table(document: dict) -> Table:
+    table = new_table(f"Job {document['job_id']}", "at", "status", "minor status", "source", "by")
+    for event in document["events"]:
+        table.add_row(timestamp(event["at"]), event["status"], dash(event["minor_status"]), event["source"],
+                      dash(event["by"]))  # fmt: skip
+    return table
+
+
 @app.command("kill")
-def kill(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
-    """Kill a job that has not finished (a finished one is refused)."""
-    job = call_api(connect(url, token), "DELETE", f"/jobs/{job_id}")
-    show_job(job, f"Job {job_id} killed")
+def kill(
+    job_ids: selection.JobIds = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
+    dry_run: selection.DryRun = False,
+    yes: selection.Yes = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Kill jobs that have not finished: one by its id, or every job the ids and filters select
+    (`scancel -u`), asking first on a terminal."""
+    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+        show_job(call_api(connect(url, token), "DELETE", f"/jobs/{job_ids[0]}"), f"Job {job_ids[0]} killed")
+        return
+    _bulk(url, token, "kill", job_ids, chosen, dry_run=dry_run, yes=yes)
+
+
+@app.command("hold")
+def hold(
+    job_ids: selection.JobIds = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
+    dry_run: selection.DryRun = False,
+    yes: selection.Yes = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Hold waiting jobs (`condor_hold`): never matched until released, their ids and priorities kept."""
+    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+    _bulk(url, token, "hold", job_ids, chosen, dry_run=dry_run, yes=yes)
+
+
+@app.command("release")
+def release(
+    job_ids: selection.JobIds = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
+    dry_run: selection.DryRun = False,
+    yes: selection.Yes = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Release held jobs: Waiting again, at the place their ids give them."""
+    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+    _bulk(url, token, "release", job_ids, chosen, dry_run=dry_run, yes=yes)
+
+
+def _bulk(url: str | None, token: str | None, action: str, job_ids: list[int] | None, chosen: dict[str, Any],
+          *, dry_run: bool, yes: bool, **more: Any) -> None:  # fmt: skip
+    picked = {**chosen, **({"job_ids": job_ids} if job_ids else {})}
+    selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **more)
 
 
 @app.command("priority")
 def priority(
-    job_id: JobId,
+    job_ids: selection.JobIds = None,
     user_priority: Annotated[
         int | None, typer.Option(min=0, max=10, help="0 = background, 1 default, 10 = always first.")
     ] = None,
     priority_class: Annotated[
         int | None, typer.Option(min=-1023, max=1024, help="Strict priority class (users may only lower it).")
     ] = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
+    dry_run: selection.DryRun = False,
+    yes: selection.Yes = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Change a job's user priority and/or priority class.
+    """Change the user priority and/or priority class of one job, or of every job the ids and
+    filters select (asking first on a terminal).
 
     A waiting job moves to the task queue of its new class at once.
     """
@@ -215,19 +299,40 @@ def priority(
         fail("give --user-priority, --priority-class or both", EXIT_USAGE)
     change = {"user_priority": user_priority, "priority_class": priority_class}
     body = {k: v for k, v in change.items() if v is not None}
-    job = call_api(connect(url, token), "PATCH", f"/jobs/{job_id}", body)
-    show_job(job, f"Job {job_id}")
+    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+        show_job(call_api(connect(url, token), "PATCH", f"/jobs/{job_ids[0]}", body), f"Job {job_ids[0]}")
+        return
+    _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, change=body)
 
 
 @app.command("reschedule")
-def reschedule(job_id: JobId, url: UrlOption = None, token: TokenOption = None) -> None:
-    """Put a Matched or Stalled job back in its task queue (DIRAC's dirac-wms-job-reschedule).
+def reschedule(
+    job_ids: selection.JobIds = None,
+    status: selection.Status = None,
+    owner: selection.Owner = None,
+    group: selection.Group = None,
+    account: selection.Account = None,
+    site: selection.Site = None,
+    task_queue: selection.TaskQueue = None,
+    since: selection.Since = None,
+    until: selection.Until = None,
+    dry_run: selection.DryRun = False,
+    yes: selection.Yes = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Put Matched or Stalled jobs back in their task queues (DIRAC's dirac-wms-job-reschedule):
+    one by its id, or every job the ids and filters select (asking first on a terminal).
 
     Its owner's, an operator's or an admin's own reschedule: it does not count in the job's
     reschedules, which bound the returns nobody asked for.
     """
-    job = call_api(connect(url, token), "POST", f"/jobs/{job_id}/reschedule", None)
-    show_job(job, f"Job {job_id}")
+    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+        show_job(call_api(connect(url, token), "POST", f"/jobs/{job_ids[0]}/reschedule", None), f"Job {job_ids[0]}")
+        return
+    _bulk(url, token, "reschedule", job_ids, chosen, dry_run=dry_run, yes=yes)
 
 
 @app.command("status")

@@ -25,6 +25,11 @@ def stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+def stdin_is_tty() -> bool:
+    """Whether someone can answer a question (tests replace it)."""
+    return sys.stdin.isatty()
+
+
 def stderr_is_tty() -> bool:
     """Progress bars, or plain progress lines (tests replace it)."""
     return sys.stderr.isatty()

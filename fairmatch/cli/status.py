@@ -11,7 +11,7 @@ from rich.table import Table
 from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.render import new_table, show, timestamp
 
-COUNTS = ("waiting", "matched", "running", "stalled")
+COUNTS = ("waiting", "held", "matched", "running", "stalled")
 MIB = 1 << 20
 
 app = typer.Typer()

@@ -58,6 +58,8 @@ class Claimant:
     request_id: str | None
     lease_seconds: int  # how long the match holds without a report from the pilot
     benchmark: float | None = None  # the pilot's own measure of its CPU (PilotBenchmark)
+    # the request's matching fields as JSON, kept with its request id (None without one)
+    request_resource: str | None = None
 
 
 _LEVEL_CANDIDATES = """
@@ -103,11 +105,11 @@ WITH picked AS MATERIALIZED (
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
 ), event AS (
-    INSERT INTO job_events (job_id, status, minor_status, at, source)
-    SELECT id, 'Matched', 'Assigned', %(now)s, 'match' FROM matched
+    INSERT INTO job_events (job_id, status, minor_status, at, source, by)
+    SELECT id, 'Matched', 'Assigned', %(now)s, 'match', %(requester)s FROM matched
 ), request AS (
-    INSERT INTO match_requests (requester, request_id, job_id, created_at)
-    SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s FROM matched
+    INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
+    SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s, CAST(%(request_resource)s AS json) FROM matched
     WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
 ), pilot AS (
     INSERT INTO pilots AS p (reference, requester, site, grid_ce, benchmark, first_seen, last_seen,
@@ -182,6 +184,7 @@ class ClaimDB(AreaDB):
             "benchmark": who.benchmark,
             "requester": who.requester,
             "request_id": who.request_id,
+            "request_resource": who.request_resource,
             "now": now,
             "lease_until": now + timedelta(seconds=who.lease_seconds),
             "guarded": target.limits is not None,
@@ -210,9 +213,10 @@ class ClaimDB(AreaDB):
         raise NotImplementedError
 
     async def previous_match(self, requester: str, request_id: str) -> Any | None:
-        """The job (state and spec) a request id of this requester already claimed, if any."""
+        """The job (state and spec) a request id of this requester already claimed, if any,
+        with the matching fields it was `asked` with (None when they were not recorded)."""
         stmt = (
-            select(jobs, job_specs.c.requirements, job_specs.c.payload)
+            select(jobs, job_specs.c.requirements, job_specs.c.payload, match_requests.c.resource.label("asked"))
             .join(match_requests, match_requests.c.job_id == jobs.c.id)
             .join(job_specs, job_specs.c.job_id == jobs.c.id)
             .where(match_requests.c.requester == requester, match_requests.c.request_id == request_id)

@@ -32,6 +32,7 @@ from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
 
 # a job's spec, beside its jobs row wherever the whole job is read
@@ -109,6 +110,8 @@ class StatusReport:
     finishes: bool  # a final status: the job's finished_at is set
     charged: bool  # a status that charges the job's CPU seconds
     charge: Callable[[float | None], float | None]  # what the job's CPU seconds cost with it; None: nothing
+    used: UsedTime  # the CPU and wall seconds reported, which physics bounds
+    by: str  # who reports: the caller's identity
 
 
 class Reported(NamedTuple):
@@ -117,14 +120,15 @@ class Reported(NamedTuple):
 
     before: JobStatus | None
     job: Any | None
+    out_of_bounds: OutOfBounds | None = None  # why the report's used time was refused (nothing changed)
 
 
 class JobDB(AreaDB):
     """Jobs, where the waiting ones wait, and what happened to each."""
 
-    async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime) -> list[int]:
+    async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime, *, by: str) -> list[int]:
         """Waiting jobs (jobs columns, `requirements`, `payload` and `real_priority`), their specs,
-        tq_jobs rows and events; ids in order."""
+        tq_jobs rows and events (submitted `by` a caller); ids in order."""
         job_ids: list[int] = []
         job_columns = [{k: v for k, v in row.items() if k in jobs.c} for row in rows]
         for part in chunks(job_columns):
@@ -149,7 +153,7 @@ class JobDB(AreaDB):
         ]
         for part in chunks(waiting):
             await self.conn.execute(insert(tq_jobs), list(part))
-        await self.record_events(job_ids, JobStatus.Waiting, now, "submit")
+        await self.record_events(job_ids, JobStatus.Waiting, now, "submit", by=by)
         return job_ids
 
     async def record_events(
@@ -159,10 +163,12 @@ class JobDB(AreaDB):
         now: datetime,
         source: str,
         minor_status: str | None = None,
+        *,
+        by: str,
     ) -> None:
-        """One event per job."""
+        """One event per job, `by` the caller who acted (SYSTEM for the service's own loops)."""
         events = [
-            {"job_id": j, "status": status.value, "minor_status": minor_status, "at": now, "source": source}
+            {"job_id": j, "status": status.value, "minor_status": minor_status, "at": now, "source": source, "by": by}
             for j in job_ids
         ]
         for part in chunks(events):
@@ -172,13 +178,21 @@ class JobDB(AreaDB):
         """The whole job (its jobs row and its spec), or None when the scope does not see it."""
         return (await self.conn.execute(_whole_job().where(jobs.c.id == job_id, visible(scope)))).first()
 
+    async def history(self, job_id: int, scope: JobScope) -> Sequence[Any] | None:
+        """The job's events in the order they were recorded; None when the scope does not see the job."""
+        if (await self.conn.execute(select(jobs.c.id).where(jobs.c.id == job_id, visible(scope)))).first() is None:
+            return None
+        e = job_events.c
+        stmt = select(e.at, e.status, e.minor_status, e.source, e.by).where(e.job_id == job_id).order_by(e.id)
+        return (await self.conn.execute(stmt)).all()
+
     async def page(self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope) -> Sequence[Any]:
         """Up to `limit` whole jobs after `after_id` in id order, within the scope and filters."""
         stmt = _whole_job().where(jobs.c.id > after_id, visible(scope), *filtered(filters))
         return (await self.conn.execute(stmt.order_by(jobs.c.id).limit(limit))).all()
 
     async def lock_state(self, job_id: int, scope: JobScope) -> Any | None:
-        """The job's status, owner, group, matcher, lease, last report and reschedules, its row locked;
+        """The job's status, owner, group, matcher, match time, lease, last report and reschedules, its row locked;
         None if missing or out of the scope."""
         return (
             await self.conn.execute(
@@ -187,6 +201,7 @@ class JobDB(AreaDB):
                     jobs.c.owner,
                     jobs.c.owner_group,
                     jobs.c.matched_by,
+                    jobs.c.matched_at,
                     jobs.c.lease_expires_at,
                     jobs.c.heartbeat_at,
                     jobs.c.reschedules,
@@ -210,6 +225,11 @@ class JobDB(AreaDB):
         ).one()
         spec = (await self.conn.execute(select(*_SPEC).where(job_specs.c.job_id == job_id))).one()
         return Row({**after._asdict(), **spec._asdict()})
+
+    async def requirements_of(self, job_id: int) -> dict[str, Any]:
+        """The requirements a job was submitted with, as its spec stores them."""
+        stmt = select(job_specs.c.requirements).where(job_specs.c.job_id == job_id)
+        return dict((await self.conn.execute(stmt)).scalar_one() or {})
 
     async def requeue_facts(self, job_id: int) -> tuple[Requirements, int]:
         """The requirements and user priority a job is queued again with: its spec's requirements
@@ -306,6 +326,11 @@ class JobDB(AreaDB):
             before = JobStatus(locked.status)
             if before.value not in report.from_statuses:
                 return Reported(before, None)
+            if report.used.cpu_seconds is not None or report.used.wall_seconds is not None:
+                tags = (await self.requirements_of(report.job_id)).get("tags", ())
+                problem = report.used.problem(as_utc(locked.matched_at), processors_of(tags))
+                if problem is not None:
+                    return Reported(before, None, problem)
             values: dict[str, Any] = {"status": report.status.value, "heartbeat_at": report.at}
             for field in ("minor_status", "cpu_seconds", "wall_seconds"):
                 if getattr(report, field) is not None:
@@ -318,7 +343,9 @@ class JobDB(AreaDB):
                 values["finished_at"] = report.at
             job = await self.update(report.job_id, **values)
             if before is not report.status:  # a heartbeat is not an event
-                await self.record_events([report.job_id], report.status, report.at, "api", report.minor_status)
+                await self.record_events(
+                    [report.job_id], report.status, report.at, "api", report.minor_status, by=report.by
+                )
             amount = report.charge(job.cpu_seconds)
             if amount is not None:
                 await AccountingDB.of(self.conn).log_charge({
@@ -338,7 +365,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
     each time; COPY costs per row only the row.
     """
 
-    async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime) -> list[int]:
+    async def insert_waiting(self, rows: list[dict[str, Any]], now: datetime, *, by: str) -> list[int]:
         raw = (await self.conn.get_raw_connection()).driver_connection
         assert raw is not None  # an open connection has its driver's
         async with raw.cursor() as cursor:
@@ -364,7 +391,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
                     await copy.write_row((job_id, row["task_queue_id"], row["user_priority"], row["real_priority"]))
             async with cursor.copy(_COPY_EVENTS) as copy:
                 for job_id in ids:
-                    await copy.write_row((job_id, JobStatus.Waiting.value, now, "submit"))
+                    await copy.write_row((job_id, JobStatus.Waiting.value, now, "submit", by))
         return ids
 
     async def report(self, report: StatusReport, scope: JobScope) -> Reported:
@@ -372,7 +399,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         trip and a commit with the process's concurrent claims and reports, when the report
         carries what the job is charged; otherwise the charge is the CPU seconds the job
         stored before, read under the row lock in a transaction."""
-        if report.charged and report.cpu_seconds is None:
+        if (report.charged and report.cpu_seconds is None) or not report.used.fits_one_processor():
             return await super().report(report, scope)
         where, scope_params = _visible_sql(scope)
         # in this process's next batch of hot statements (fairmatch/db/batches.py)
@@ -381,10 +408,14 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
             "starting_from": list(report.starting_from),
             "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,
             "wall_seconds": report.wall_seconds, "finished_at": report.at if report.finishes else None,
-            "charge": report.charge(report.cpu_seconds), **scope_params,
+            "charge": report.charge(report.cpu_seconds), "latest_match": report.used.latest_match(), "by": report.by,
+            **scope_params,
         })  # fmt: skip
         assert row is not None, "the statement answers one row, found or not"
         before = None if row.status_before is None else JobStatus(row.status_before)
+        if row.id is None and before is not None and before.value in report.from_statuses:
+            # refused for the time it reports, as one processor: checked again with the job's own
+            return await super().report(report, scope)
         return Reported(before, None if row.id is None else row)
 
 
@@ -399,7 +430,7 @@ _COPY_JOBS = (
 )
 _COPY_SPECS = "COPY job_specs (job_id, requirements, payload) FROM STDIN"
 _COPY_WAITING = "COPY tq_jobs (job_id, tq_id, user_priority, real_priority) FROM STDIN"
-_COPY_EVENTS = "COPY job_events (job_id, status, at, source) FROM STDIN"
+_COPY_EVENTS = "COPY job_events (job_id, status, at, source, by) FROM STDIN"
 
 # A status report in one statement: lock the job if the caller sees it, change it if it may
 # take the status, record the event (not for a heartbeat) and the charge (bound, computed by
@@ -425,10 +456,13 @@ WITH locked AS MATERIALIZED (
         finished_at = COALESCE(CAST(%(finished_at)s AS timestamptz), jobs.finished_at)
     FROM locked
     WHERE jobs.id = locked.id AND locked.status = ANY(CAST(%(from_statuses)s AS varchar[]))
+      -- the time reported, for one processor: UsedTime.latest_match
+      AND (CAST(%(latest_match)s AS timestamptz) IS NULL OR jobs.matched_at IS NULL
+           OR jobs.matched_at <= CAST(%(latest_match)s AS timestamptz))
     RETURNING jobs.*
 ), event AS (
-    INSERT INTO job_events (job_id, status, minor_status, at, source)
-    SELECT changed.id, changed.status, CAST(%(minor_status)s AS varchar), %(at)s, 'api'
+    INSERT INTO job_events (job_id, status, minor_status, at, source, by)
+    SELECT changed.id, changed.status, CAST(%(minor_status)s AS varchar), %(at)s, 'api', CAST(%(by)s AS varchar)
     FROM changed JOIN locked ON locked.id = changed.id
     WHERE locked.status <> changed.status
 ), charge AS (

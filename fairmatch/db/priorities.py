@@ -213,7 +213,7 @@ class PriorityDB(AreaDB):
         return loads
 
     async def set_priorities(self, changes: list[dict[str, Any]]) -> None:
-        """Write each change's `priority`, `origin` and `levels` to its TQ (`tq`), in id order.
+        """Write each change's `priority`, `origin`, `shareless` and `levels` to its TQ (`tq`), in id order.
         In a `changing` transaction.
 
         The TQs are locked first; one whose `changed_at` is no longer `levels_as_of` (a
@@ -237,6 +237,7 @@ class PriorityDB(AreaDB):
             .values(
                 priority=bindparam("priority"),
                 priority_origin=bindparam("origin"),
+                shareless=bindparam("shareless"),
                 levels=bindparam("levels"),
                 changed_at=self.change_time(),
             ),

@@ -56,7 +56,7 @@ class RetentionDB(AreaDB):
         rows = (await self.conn.execute(stmt)).mappings().all()
         event_rows = await self.conn.execute(
             select(job_events.c.job_id, job_events.c.status, job_events.c.minor_status, job_events.c.at,
-                   job_events.c.source)
+                   job_events.c.source, job_events.c.by)
             .where(job_events.c.job_id.in_(job_ids))
             .order_by(job_events.c.job_id, job_events.c.id)
         )  # fmt: skip

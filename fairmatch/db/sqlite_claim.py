@@ -54,11 +54,11 @@ MATCH = """
     RETURNING *"""
 SPEC = "SELECT requirements, payload FROM job_specs WHERE job_id = :job_id"
 EVENT = """
-    INSERT INTO job_events (job_id, status, minor_status, at, source)
-    VALUES (:job_id, 'Matched', 'Assigned', :now, 'match')"""
+    INSERT INTO job_events (job_id, status, minor_status, at, source, by)
+    VALUES (:job_id, 'Matched', 'Assigned', :now, 'match', :requester)"""
 REQUEST = """
-    INSERT INTO match_requests (requester, request_id, job_id, created_at)
-    VALUES (:requester, :request_id, :job_id, :now)"""
+    INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
+    VALUES (:requester, :request_id, :job_id, :now, :request_resource)"""
 PILOT = """
     INSERT INTO pilots (reference, requester, site, grid_ce, benchmark, first_seen, last_seen,
                         matches, empty_matches, current_job_id)

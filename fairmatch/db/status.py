@@ -18,7 +18,7 @@ from fairmatch.db.tables import job_events, jobs, priority_runs, task_queues, tq
 from fairmatch.jobs.lifecycle import JobStatus
 
 # the non-final states: where jobs are now, per group
-ACTIVE = (JobStatus.Waiting, JobStatus.Matched, JobStatus.Running, JobStatus.Stalled)
+ACTIVE = (JobStatus.Waiting, JobStatus.Held, JobStatus.Matched, JobStatus.Running, JobStatus.Stalled)
 MATCH_WINDOWS = (60, 300)  # seconds
 
 

@@ -70,6 +70,9 @@ task_queues = Table(
     Column("priority", Float, nullable=False),
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),
+    # the rank policy's lower band: a group without a share, whose queues matching draws
+    # only when no share-holder's queue of the class is eligible for the pilot
+    Column("shareless", Boolean, nullable=False, server_default="0"),
     Column("created_at", DateTime(timezone=True), nullable=False),
     # The value lists (sites, banned sites, ...), sorted: arrays on PostgreSQL, JSON lists
     # on SQLite; written once with the TQ, read by matching's copy and by the listing.
@@ -200,6 +203,9 @@ job_events = Table(
     Column("minor_status", String(NAME)),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("source", String(64), nullable=False),
+    # who acted: the caller's identity (its token's subject), or `system` for the service's
+    # own loops; None for the events recorded before it was kept
+    Column("by", String(NAME)),
     Index("ix_job_events_job_id", "job_id", "id"),
     # recent matches (the status screen's match rate)
     Index("ix_job_events_status_at", "status", "at"),
@@ -217,6 +223,8 @@ match_requests = Table(
     Column("job_id", Id, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     # the purge: request ids past their replay time
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+    # the first request's matching fields: a replay must repeat them (None: recorded before they were kept)
+    Column("resource", JSON),
 )
 
 groups = Table(
@@ -389,6 +397,20 @@ site_mask = Table(
     Column("reason", Text, nullable=False),
     Column("banned_at", DateTime(timezone=True), nullable=False),
     Column("banned_by", String(NAME), nullable=False),
+)
+
+# What operators changed, and who (the audit log): groups, job classes, site limits,
+# the site mask, associations and usage, priorities, bulk actions. Appended only.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False, index=True),
+    Column("actor", String(NAME), nullable=False),  # the caller's token subject
+    Column("action", String(64), nullable=False),  # e.g. group.put, usage.reset
+    Column("target", String(NAME)),  # what was changed: a group's name, a site, a job id
+    Column("detail", JSON),  # what was asked for, and what it did
+    sqlite_autoincrement=True,
 )
 
 # Every pilot that asked for a job by its reference (DIRAC's PilotAgentsDB): where

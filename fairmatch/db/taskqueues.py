@@ -33,10 +33,12 @@ INITIAL_PRIORITY = 1.0
 _MATCHING_COLUMNS = [
     task_queues.c[name]
     for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-                 "min_ram_mb", "priority", "levels", "changed_at", *MULTI_VALUE_FIELDS)
+                 "min_ram_mb", "priority", "shareless", "levels", "changed_at", *MULTI_VALUE_FIELDS)
 ]  # fmt: skip
 # of those, what changes once a TQ exists (its id and hash name requirements that never do)
-_STATE_COLUMNS = [task_queues.c[name] for name in ("id", "requirements_hash", "priority", "levels", "changed_at")]
+_STATE_COLUMNS = [
+    task_queues.c[name] for name in ("id", "requirements_hash", "priority", "shareless", "levels", "changed_at")
+]
 
 
 class TaskQueueDB(AreaDB):

@@ -7,7 +7,7 @@ mistyped or not supported (`?sites=X`) must not silently list every job.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -52,3 +52,18 @@ class JobQuery(JobFilter):
     limit: int = Field(100, ge=1, le=1000, description="At most this many jobs in the page.")
     after: str | None = Field(None, max_length=64, description="Continue after the page that gave this `next_cursor`.")
     cursor: str | None = Field(None, max_length=64, description="The former name of `after`, still accepted.")
+
+
+class JobSelection(JobFilter):
+    """The jobs a bulk action takes: the listing's filters, and when given only these ids. At
+    least one must be given: an action on every job is asked for by a filter that says so."""
+
+    job_ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Field(
+        None, min_length=1, max_length=10_000, description="Only these jobs (at most 10 000)."
+    )
+
+    @model_validator(mode="after")
+    def _something_selected(self) -> Self:
+        if not any(getattr(self, name) for name in type(self).model_fields):
+            raise ValueError("name the jobs: job_ids, or at least one of the listing's filters")
+        return self

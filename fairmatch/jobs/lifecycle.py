@@ -1,6 +1,7 @@
 """The job state machine (pure logic).
 
 Waiting -> Matched -> Running -> Done | Failed
+Waiting -> Held -> Waiting  (held and released by its owner or an operator)
 Matched -> Waiting          (lease expired, or rescheduled)
 Matched -> Failed           (its pilot could not start it)
 Running -> Stalled -> Waiting | Failed
@@ -21,6 +22,7 @@ from fairmatch.jobs.settings import JobSettings
 
 class JobStatus(StrEnum):
     Waiting = "Waiting"
+    Held = "Held"  # out of its task queue until released: never matched, its id and priority kept
     Matched = "Matched"
     Running = "Running"
     Stalled = "Stalled"
@@ -30,11 +32,14 @@ class JobStatus(StrEnum):
 
 
 FINAL = frozenset({JobStatus.Done, JobStatus.Failed, JobStatus.Killed})
+# the jobs a reschedule puts back in their task queue: held by a pilot, or stalled
+RESCHEDULABLE = frozenset({JobStatus.Matched, JobStatus.Stalled})
 # the jobs that occupy a slot at their site (what site running limits count)
 HOLDING_A_SLOT = frozenset({JobStatus.Matched, JobStatus.Running})
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Killed}),
+    JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Held, JobStatus.Killed}),
+    JobStatus.Held: frozenset({JobStatus.Waiting, JobStatus.Killed}),
     # a pilot that cannot start its job fails it (DIRAC's pilots do, with a minor status)
     JobStatus.Matched: frozenset({JobStatus.Running, JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}),
     JobStatus.Running: frozenset(
@@ -69,3 +74,8 @@ def stalled_out(job: Any, now: datetime, jobs: JobSettings) -> bool:
     silent = timedelta(seconds=jobs.stall_timeout_seconds + jobs.stalled_fail_seconds)
     last = as_utc(job.heartbeat_at)
     return job.status == JobStatus.Stalled and last is not None and last <= now - silent
+
+
+# who acts for the service's own loops (leases, stalled jobs) in a job's history; any
+# other actor is a caller's identity, its token's subject
+SYSTEM = "system"

@@ -31,6 +31,13 @@ class JobSettings(Section):
         description="Returns to Waiting the owner did not ask for before the job fails instead "
         "(DIRAC's MaxRescheduling).",
     )
+    clock_skew_seconds: float = Field(
+        300,
+        ge=0,
+        description="How far a pilot's clock may be from the service's: a report's wall_seconds may exceed the"
+        " time since the match by this much, and no more (nor its cpu_seconds the wall time × the job's"
+        " processors × 1.05); beyond, the report is refused with a 422 and nothing is charged.",
+    )
     max_batch: int = Field(10000, ge=1, le=10000, description="Most jobs in one POST /jobs (10 000 at most).")
     default_vo: str = Field("default", min_length=1, description="VO of jobs submitted without one.")
     default_cpu_time: int = Field(86400, ge=0, description="cpu_time of jobs submitted without one (s).")

@@ -72,6 +72,7 @@ class Catalog:
         self.buckets: dict[int, int] = {}  # CPU bucket -> TQs
         self.classes_down: list[int] = []
         self.buckets_down: list[int] = []
+        self.shareless = 0  # TQs of groups without a share under rank: drawn only when no other is eligible
         # RAM: the TQs without a requirement, and per distinct minimum (ascending) the TQs
         # needing it; the prefix unions of those, made when first asked for after a change
         self.without_ram = 0
@@ -98,8 +99,8 @@ class Catalog:
         return entry is not None and entry.requirements_hash == requirements_hash
 
     def apply(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Take rows of `task_queues`: new TQs with every column matching reads, known
-        ones with at least their state (id, requirements_hash, priority, levels, changed_at)."""
+        """Take rows of `task_queues`: new TQs with every column matching reads, known ones
+        with at least their state (id, requirements_hash, priority, shareless, levels, changed_at)."""
         for row in rows:
             entry = self.entries.get(row["id"])
             if entry is None or not self.knows(row["id"], row["requirements_hash"]):
@@ -118,6 +119,10 @@ class Catalog:
             entry.changed_at = row["changed_at"]
             entry.drained = set()
             self._priorities[entry.position] = entry.priority
+            if row["shareless"]:
+                self.shareless |= bit(entry.position)
+            else:
+                self.shareless &= ~bit(entry.position)
             if entry.open_levels():
                 self.live |= bit(entry.position)
             else:

@@ -1,9 +1,11 @@
 """Choosing among eligible task queues, and a level inside the one chosen. Pure logic.
 
 1. the highest priority class, strictly;
-2. with prefer_longest_cpu, the longest CPU bucket among those;
-3. a lottery over the rest by TQ priority;
-4. inside the TQ, a user-priority level by the same lottery over its jobs'
+2. the share-holders' TQs among those, whenever there is one (under rank, a
+   group without a share runs only when no share-holder's job fits the pilot);
+3. with prefer_longest_cpu, the longest CPU bucket among those;
+4. a lottery over the rest by TQ priority;
+5. inside the TQ, a user-priority level by the same lottery over its jobs'
    real priorities (a level of n jobs weighs n times its real priority).
 """
 
@@ -24,6 +26,7 @@ def finalists(catalog: Catalog, eligible: int, prefer_longest_cpu: bool) -> int:
             break
     else:
         return 0
+    best = (best & ~catalog.shareless) or best
     if prefer_longest_cpu:
         for bucket in catalog.buckets_down:
             longest = best & catalog.buckets[bucket]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -96,6 +97,18 @@ SiteOrSites = Annotated[
 ]
 
 
+# what a replay of a request id must repeat: every key that bears on the match, not the
+# pilot's own name and measure (PilotReference, PilotBenchmark) nor the request id
+REPLAYED_FIELDS = ("site", "cpu_time", "grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group",
+                   "owner", "vo", "max_ram_mb", "number_of_processors", "job_id")  # fmt: skip
+LISTED_FIELDS = frozenset({"grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group"})
+
+
+def fields_differing(first: Mapping[str, Any], again: Mapping[str, Any]) -> list[str]:
+    """The matching fields (`matching_fields`) in which a replay differs from the first request."""
+    return [name for name in sorted(first.keys() | again.keys()) if first.get(name) != again.get(name)]
+
+
 def _alias(snake: str, dirac: str) -> AliasChoices:
     return AliasChoices(snake, dirac)
 
@@ -186,6 +199,19 @@ class ResourceDescription(BaseModel):
     def offers_whole_node(self) -> bool:
         """DIRAC's Matcher adds the tag for the key's presence, whatever its value."""
         return "whole_node" in self.model_fields_set
+
+    def matching_fields(self) -> dict[str, Any]:
+        """The keys that decide which jobs this resource may match, as two equal requests
+        state them alike: a list as its sorted distinct values (a single value as a list of
+        one), `whole_node` as its presence. A replayed request id must repeat them."""
+        stated: dict[str, Any] = {}
+        for name in REPLAYED_FIELDS:
+            value = getattr(self, name)
+            if name in LISTED_FIELDS and value is not None:
+                value = sorted({value} if isinstance(value, str) else set(value))
+            stated[name] = value
+        stated["whole_node"] = self.offers_whole_node
+        return stated
 
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
         """The filter. A grid CE, platform or job type left out limits the resource to queues

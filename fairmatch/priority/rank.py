@@ -63,9 +63,11 @@ Priorities
     This map is exact (no floating-point saturation), strictly increasing
     within each band, and puts every shareless TQ below every share-holding
     one. The raw RANK and its terms are kept in the origin for the operator.
-    Matching filters by priority class and (with `prefer_longest_cpu`) by CPU
-    bucket before the lottery, so "shareless only when no share-holder waits"
-    holds among the TQs the lottery compares.
+    The band is also stored on the TQ (`task_queues.shareless`): matching keeps
+    the highest priority class, then the share-holders' TQs whenever one is
+    eligible for the pilot, and only then (with `prefer_longest_cpu`) the
+    longest CPU bucket, so "shareless only when no share-holder waits" holds
+    whatever the CPU buckets.
 
 A group missing from `groups` is RankGroup(): the default share
 (DEFAULT_JOB_SHARE, 1000) and level 0, like the dirac policy's. JOB_SHARING
@@ -236,6 +238,12 @@ def _origin(
         "terms": terms or {},
         "shareless": terms is None,
     }
+
+
+def shareless(origin: Mapping[str, Any] | None) -> bool:
+    """Whether a TQ's priority origin puts it in the lower band: a group without a share
+    under this policy (any other policy's origins never do)."""
+    return bool(origin and origin.get("policy") == "rank" and origin.get("shareless"))
 
 
 def decide(

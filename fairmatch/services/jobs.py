@@ -16,14 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.accounting.usage import CHARGED_STATUSES
 from fairmatch.auth.policy import JobScope
-from fairmatch.clock import utcnow
+from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
-from fairmatch.errors import Conflict, NotFound
+from fairmatch.errors import Conflict, InvalidInput, NotFound
 from fairmatch.jobs.filters import JobFilter
-from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed, starts
+from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed, starts
 from fairmatch.jobs.models import StatusUpdate
+from fairmatch.jobs.reports import UsedTime
 from fairmatch.services import accounting, taskqueues
 from fairmatch.services.queueing import record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
@@ -43,6 +44,15 @@ async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED
     if row is None:
         raise missing(job_id)
     return job_dict(row)
+
+
+async def history(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
+    """What happened to a job, oldest first: each status it took, when, through what, and by whom."""
+    async with read_transaction(conn):
+        events = await JobDB.of(conn).history(job_id, scope)
+    if events is None:
+        raise missing(job_id)
+    return {"job_id": job_id, "events": [{**event._asdict(), "at": as_utc(event.at)} for event in events]}
 
 
 async def list_jobs(
@@ -82,10 +92,12 @@ async def report_status(
     settings: Settings,
     scope: JobScope = UNRESTRICTED,
     *,
+    by: str,
     counted: bool = False,
 ) -> dict[str, Any]:
-    """A pilot's report: the job takes the status if it may (404 out of the scope, 409 refused),
-    with its event and, when it finishes, its charge; the whole job after.
+    """A pilot's report (`by` the caller's identity): the job takes the status if it may (404 out of the scope, 409 refused,
+    422 for more time used than physics allows), with its event and, when it finishes, its
+    charge; the whole job after.
 
     The transition, the charge and the scope are decided here and by their own rules
     (`allowed`, `starts`, `charge_for`, the scope's SQL); the data layer applies them in one
@@ -95,7 +107,15 @@ async def report_status(
     now = utcnow()
     if new is JobStatus.Waiting:
         rescheduled = await reschedule(
-            conn, job_id, now, settings, source="api", minor_status=report.minor_status, scope=scope, counted=counted
+            conn,
+            job_id,
+            now,
+            settings,
+            source="api",
+            minor_status=report.minor_status,
+            scope=scope,
+            counted=counted,
+            by=by,
         )
         assert rescheduled is not None  # without `only_if` the job always moves
         return rescheduled
@@ -112,11 +132,20 @@ async def report_status(
             finishes=new in FINAL,
             charged=new.value in CHARGED_STATUSES,  # with the transition, or not at all
             charge=partial(accounting.charge_for, new.value, settings=settings),
+            used=UsedTime(report.cpu_seconds, report.wall_seconds, now, settings.jobs.clock_skew_seconds),
+            by=by,
         ),
         scope,
     )
     if reported.before is None:
         raise missing(job_id)
+    if reported.out_of_bounds is not None:
+        bound = reported.out_of_bounds
+        raise InvalidInput(
+            bound.message,
+            errors=[{"loc": ["body", bound.field], "type": "value_error", "msg": bound.message,
+                     "ctx": {"bound": round(bound.bound, 3)}}],
+        )  # fmt: skip
     if reported.job is None:
         raise refused(job_id, reported.before, new)
     return job_dict(reported.job)
@@ -133,8 +162,9 @@ async def reschedule(
     scope: JobScope = UNRESTRICTED,
     only_if: Callable[[Any], bool] | None = None,
     counted: bool = False,
+    by: str,
 ) -> dict[str, Any] | None:
-    """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ.
+    """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ; `by` who acted.
 
     With `only_if`, the job moves only if it holds for the row under its lock
     (a watchdog's re-check: a report may have just come); otherwise None is returned.
@@ -145,12 +175,14 @@ async def reschedule(
     async with conn.begin():
         job_db = JobDB.of(conn)
         locked = await lock_for_transition(job_db, job_id, JobStatus.Waiting, scope)
+        if JobStatus(locked.status) not in RESCHEDULABLE:  # a held job goes back by its release
+            raise refused(job_id, JobStatus(locked.status), JobStatus.Waiting)
         if only_if is not None and not only_if(locked):
             return None
         if counted and locked.reschedules >= settings.jobs.max_reschedules:
             row = await job_db.update(job_id, status=JobStatus.Failed.value, minor_status=MAX_RESCHEDULES,
                                       finished_at=now, lease_expires_at=None)  # fmt: skip
-            await job_db.record_events([job_id], JobStatus.Failed, now, source, MAX_RESCHEDULES)
+            await job_db.record_events([job_id], JobStatus.Failed, now, source, MAX_RESCHEDULES, by=by)
             await accounting.charge(conn, row, now, settings)
             return job_dict(row)
         reqs, user_priority = await job_db.requeue_facts(job_id)
@@ -173,21 +205,21 @@ async def reschedule(
             heartbeat_at=None,
             reschedules=locked.reschedules + counted,
         )
-        await job_db.record_events([job_id], JobStatus.Waiting, now, source, minor_status)
+        await job_db.record_events([job_id], JobStatus.Waiting, now, source, minor_status, by=by)
     await record_arrivals(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
     if created:
         await refresh_priorities(conn, settings, {reqs.owner_group})
     return job_dict(row)
 
 
-async def kill(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
+async def kill(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED, *, by: str) -> dict[str, Any]:
     now = utcnow()
     async with conn.begin():
         job_db = JobDB.of(conn)
         removed_from = await job_db.remove_waiting(job_id)  # tq_jobs first: the claim locks in that order
         await lock_for_transition(job_db, job_id, JobStatus.Killed, scope)
         row = await job_db.update(job_id, status=JobStatus.Killed.value, finished_at=now, lease_expires_at=None)
-        await job_db.record_events([job_id], JobStatus.Killed, now, "kill")
+        await job_db.record_events([job_id], JobStatus.Killed, now, "kill", by=by)
     if removed_from is not None:
         await taskqueues.delete_if_empty(conn, removed_from)
     return job_dict(row)

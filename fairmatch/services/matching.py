@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 import time
@@ -17,14 +18,14 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import job_dict
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.taskqueues import TaskQueueDB
-from fairmatch.errors import DuplicateRequest
+from fairmatch.errors import Conflict, DuplicateRequest
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.choice import chances
 from fairmatch.matching.eligibility import analysis
 from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
-from fairmatch.matching.resource import ClaimingResource, ResourceDescription
+from fairmatch.matching.resource import ClaimingResource, ResourceDescription, fields_differing
 from fairmatch.matching.site_mask import with_site_mask
 from fairmatch.metrics import (
     CLAIM_BATCH_SIZE,
@@ -40,10 +41,26 @@ from fairmatch.settings import Settings
 log = logging.getLogger("fairmatch.matching")
 
 
-async def _previous_match(conn: AsyncConnection, requester: str, request_id: str) -> dict[str, Any] | None:
+async def _previous_match(conn: AsyncConnection, requester: str, resource: ClaimingResource) -> dict[str, Any] | None:
+    """The job this requester's request id already claimed, if any. A replay must be the same
+    request: one whose matching fields differ from the first's is refused (409), naming the
+    first's site and those fields, rather than answered with a job matched for other terms."""
+    assert resource.request_id is not None
     async with read_transaction(conn):
-        row = await ClaimDB.of(conn).previous_match(requester, request_id)
-    return None if row is None else _answer(row, row.task_queue_id)
+        row = await ClaimDB.of(conn).previous_match(requester, resource.request_id)
+    if row is None:
+        return None
+    if row.asked is not None:
+        differing = fields_differing(row.asked, resource.matching_fields())
+        if differing:
+            raise Conflict(
+                f"request_id {resource.request_id!r} was first sent from site {row.asked['site']!r} with other"
+                f" matching fields ({', '.join(differing)}): a replay must repeat the first request",
+                request_id=resource.request_id,
+                first_site=row.asked["site"],
+                differing_fields=differing,
+            )
+    return _answer(row, row.task_queue_id)
 
 
 def _answer(row: Any, tq_id: int) -> dict[str, Any]:
@@ -133,7 +150,7 @@ async def _match(
     options = settings.effective_matching
     query = resource.to_query(options)
     if resource.request_id is not None:
-        previous = await _previous_match(conn, requester, resource.request_id)
+        previous = await _previous_match(conn, requester, resource)
         if previous is not None:
             return previous, "replayed"
     named = None
@@ -153,6 +170,7 @@ async def _match(
         request_id=resource.request_id,
         lease_seconds=settings.jobs.matched_lease_seconds,
         benchmark=resource.pilot_benchmark,
+        request_resource=None if resource.request_id is None else json.dumps(resource.matching_fields()),
     )
     try:
         claimed = await run_matcher(
@@ -163,7 +181,7 @@ async def _match(
     except DuplicateRequest:  # the same request id, claimed concurrently: answer with that job
         if resource.request_id is None:
             raise
-        return await _previous_match(conn, requester, resource.request_id), "replayed"
+        return await _previous_match(conn, requester, resource), "replayed"
     finally:
         if matcher.conflicts:  # most matches lose no race: no write to the shared metrics file
             CLAIM_CONFLICTS.inc(matcher.conflicts)

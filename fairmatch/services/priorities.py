@@ -200,8 +200,8 @@ async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome, *, exact: C
             new_priority = r["priority"] != priority or r["priority_origin"] != origin
         if new_priority or (not provisional and stored_levels(levels_of(r["stored_levels"])) != levels):
             changed_priorities += new_priority
-            changes.append({"tq": r["id"], "priority": priority, "origin": origin, "levels": levels,
-                            "levels_as_of": r["levels_as_of"]})  # fmt: skip
+            changes.append({"tq": r["id"], "priority": priority, "origin": origin, "shareless": rank.shareless(origin),
+                            "levels": levels, "levels_as_of": r["levels_as_of"]})  # fmt: skip
     if changes:
         await db.set_priorities(changes)
     return changed_priorities

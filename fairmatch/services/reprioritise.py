@@ -37,8 +37,10 @@ async def change_priority(
     *,
     check_class: Callable[[int], None],
     scope: JobScope = UNRESTRICTED,
+    by: str,
 ) -> dict[str, Any]:
-    """Store a new user priority and/or priority class, moving a Waiting job to its new TQ.
+    """Store a new user priority and/or priority class, moving a Waiting job to its new TQ;
+    `by` who asked.
 
     `check_class(current_class)` runs under the row lock and raises when the
     caller may not make this change (a user raising the class). The spec keeps
@@ -49,7 +51,7 @@ async def change_priority(
     for _ in range(PRIORITY_CHANGE_ATTEMPTS):
         try:
             async with conn.begin():
-                row, left_tq = await _change_priority_locked(conn, job_id, change, now, check_class, scope)
+                row, left_tq = await _change_priority_locked(conn, job_id, change, now, check_class, scope, by)
             break
         except _CaughtMidTransition:
             continue
@@ -72,6 +74,7 @@ async def _change_priority_locked(
     now: datetime,
     check_class: Callable[[int], None],
     scope: JobScope,
+    by: str,
 ) -> tuple[Any, int | None]:
     """Inside the caller's transaction: (the updated jobs row, the TQ the job left or None)."""
     job_db = JobDB.of(conn)
@@ -101,5 +104,5 @@ async def _change_priority_locked(
         left_tq = queued_in if queued_in != values["task_queue_id"] else None
     row = await job_db.update(job_id, **values)
     what = f"priority_class {job.priority_class}->{new_class}, user_priority {job.user_priority}->{new_user_priority}"
-    await job_db.record_events([job_id], status, now, "priority", what)
+    await job_db.record_events([job_id], status, now, "priority", what, by=by)
     return row, left_tq

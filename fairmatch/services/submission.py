@@ -23,8 +23,11 @@ from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import Requirements, real_priority
 
 
-async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Settings) -> list[dict[str, Any]]:
-    """Queue all jobs or none. Returns job_id, task_queue_id and status per job, in order."""
+async def submit(
+    conn: AsyncConnection, specs: Sequence[JobSpec], settings: Settings, *, by: str
+) -> list[dict[str, Any]]:
+    """Queue all jobs or none, submitted `by` a caller. Returns job_id, task_queue_id and
+    status per job, in order."""
     check_payloads(specs, settings.jobs.max_payload_bytes)
     await _check_associations(conn, specs)
     now = utcnow()
@@ -59,7 +62,7 @@ async def submit(conn: AsyncConnection, specs: Sequence[JobSpec], settings: Sett
             }
             for spec, r in zip(specs, reqs)
         ]
-        job_ids = await JobDB.of(conn).insert_waiting(rows, now)
+        job_ids = await JobDB.of(conn).insert_waiting(rows, now, by=by)
     arrivals: dict[int, Counter[float]] = {}
     for row in rows:
         arrivals.setdefault(row["task_queue_id"], Counter())[row["real_priority"]] += 1

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB
 from fairmatch.errors import Conflict, NotFound
-from fairmatch.jobs.lifecycle import JobStatus, lease_lapsed, stalled_out
+from fairmatch.jobs.lifecycle import SYSTEM, JobStatus, lease_lapsed, stalled_out
 from fairmatch.services import accounting
 from fairmatch.services.jobs import UNRESTRICTED, lock_for_transition, reschedule
 from fairmatch.settings import Settings
@@ -28,7 +28,7 @@ async def expire_leases(conn: AsyncConnection, now: datetime, settings: Settings
         try:
             moved = await reschedule(
                 conn, job_id, now, settings, source="lease", minor_status="matched lease expired",
-                only_if=lambda row: lease_lapsed(row, now), counted=True,
+                only_if=lambda row: lease_lapsed(row, now), counted=True, by=SYSTEM,
             )  # fmt: skip
         except (Conflict, NotFound):
             continue  # confirmed or killed in the meantime
@@ -46,7 +46,7 @@ async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings,
         async with conn.begin():
             job_db = JobDB.of(conn)
             if await job_db.stall_if_silent(job_id, silent_since):
-                await job_db.record_events([job_id], JobStatus.Stalled, now, "stall", "no heartbeat")
+                await job_db.record_events([job_id], JobStatus.Stalled, now, "stall", "no heartbeat", by=SYSTEM)
                 stalled += 1
     return stalled
 
@@ -66,7 +66,8 @@ async def settle_stalled(conn: AsyncConnection, now: datetime, settings: Setting
         try:
             if settings.jobs.reschedule_stalled:
                 done = await reschedule(conn, job_id, now, settings, source="stall", minor_status=STALLED_TOO_LONG,
-                                        only_if=lambda row: stalled_out(row, now, settings.jobs), counted=True)  # fmt: skip
+                                        only_if=lambda row: stalled_out(row, now, settings.jobs), counted=True,
+                                        by=SYSTEM)  # fmt: skip
             else:
                 done = await _fail_stalled(conn, job_id, now, settings)
         except (Conflict, NotFound):
@@ -83,6 +84,6 @@ async def _fail_stalled(conn: AsyncConnection, job_id: int, now: datetime, setti
         if not stalled_out(locked, now, settings.jobs):
             return None
         row = await job_db.update(job_id, status=JobStatus.Failed.value, minor_status=STALLED_TOO_LONG, finished_at=now)
-        await job_db.record_events([job_id], JobStatus.Failed, now, "stall", STALLED_TOO_LONG)
+        await job_db.record_events([job_id], JobStatus.Failed, now, "stall", STALLED_TOO_LONG, by=SYSTEM)
         await accounting.charge(conn, row, now, settings)  # what it reported using, as any failure
     return job_id

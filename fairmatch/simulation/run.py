@@ -31,6 +31,7 @@ from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.matcher import Matcher, match
 from fairmatch.matching.resource import ResourceDescription
+from fairmatch.priority import rank
 from fairmatch.services.gauges import target_shares
 from fairmatch.services.priorities import configured_corrections, decide
 from fairmatch.settings import Settings
@@ -129,6 +130,7 @@ class Simulation:
         self.corrections = configured_corrections(settings.priority)
         self.group_shares = {name: g["job_share"] for name, g in self.inputs.groups.items()}
         self.priorities: dict[int, float] = {}
+        self.shareless: set[int] = set()  # the TQs the last run put in rank's lower band
         self.group_corrections: dict[str, float] = {}
         self._changes = 0
         self.matching = settings.effective_matching
@@ -153,7 +155,10 @@ class Simulation:
     def _publish(self, queues: list[Queue], seconds: float) -> None:
         """The rows these TQs have now, as the keeper reads them into the catalog."""
         stamp = self._changed_at(seconds)
-        self.catalog.apply(self.world.catalog_row(q, self.priorities.get(q.tq_id, 0.0), stamp) for q in queues)
+        self.catalog.apply(
+            self.world.catalog_row(q, self.priorities.get(q.tq_id, 0.0), q.tq_id in self.shareless, stamp)
+            for q in queues
+        )
 
     async def _priority_run(self, seconds: float) -> None:
         rows = self.world.waiting_loads()
@@ -161,6 +166,7 @@ class Simulation:
             return
         outcome = await decide(self.inputs, self.settings, self.corrections, rows, self.world.at(seconds))
         self.priorities = outcome.priorities
+        self.shareless = {tq_id for tq_id, origin in outcome.origins.items() if rank.shareless(origin)}
         self.group_corrections = {e["group"]: e["group_correction"] for e in outcome.report.get("entities", [])}
         self._publish([self.world.queues[r["id"]] for r in rows], seconds)
 

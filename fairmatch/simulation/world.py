@@ -182,11 +182,11 @@ class World:
             })  # fmt: skip
         return rows
 
-    def catalog_row(self, queue: Queue, priority: float, changed_at: datetime) -> dict[str, Any]:
+    def catalog_row(self, queue: Queue, priority: float, shareless: bool, changed_at: datetime) -> dict[str, Any]:
         """The task_queues row the matcher's catalog reads."""
         r = queue.requirements
         return {"id": queue.tq_id, "requirements_hash": queue.requirements_hash, "changed_at": changed_at,
-                "priority": priority, "levels": stored_levels(queue.counts), "owner": r.owner,
+                "priority": priority, "shareless": shareless, "levels": stored_levels(queue.counts), "owner": r.owner,
                 "owner_group": r.owner_group, "vo": r.vo, "cpu_time": r.cpu_time, "priority_class": r.priority_class,
                 "min_ram_mb": r.min_ram_mb, "max_ram_mb": r.max_ram_mb,
                 **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}}  # fmt: skip

@@ -801,6 +801,24 @@ def test_request_id_without_a_match_does_not_stick(client):
     assert got is not None and got["job_id"] == job_id
 
 
+def test_a_request_id_replayed_with_other_matching_fields_is_a_conflict(client):
+    """The same terms in another spelling, order or pilot name are the same request; another
+    site or CPU time is not: a 409 naming the first request's site and the differing fields."""
+    submit(client, 3, tags=["GPU"])
+    first = match(client, resource(request_id="req-9", PilotReference="p1", Tag=["GPU", "x"]))
+    assert first is not None
+    same = resource(request_id="req-9", PilotReference="p2", PilotBenchmark=12.5, Tag="x, GPU, GPU", CPUTime=str(BIG))
+    assert match(client, same)["job_id"] == first["job_id"]
+    moved = client.post("/match", json=resource(request_id="req-9", Site="S2", Tag=["GPU", "x"], CPUTime=BIG - 1))
+    assert moved.status_code == 409, moved.text
+    problem = moved.json()
+    assert problem["first_site"] == "S1" and problem["differing_fields"] == ["cpu_time", "site"]
+    assert "'S1'" in problem["detail"] and "cpu_time, site" in problem["detail"]
+    untagged = client.post("/match", json=resource(request_id="req-9"))
+    assert untagged.status_code == 409 and untagged.json()["differing_fields"] == ["tags"]
+    assert len(client.get("/jobs", params={"status": "Matched"}).json()["jobs"]) == 1  # the refusals claimed nothing
+
+
 # ---------------------------------------------------------------- fields a pilot leaves out
 
 UNSTATED = [

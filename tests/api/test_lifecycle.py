@@ -181,9 +181,9 @@ def test_running_again_is_a_heartbeat_that_moves_heartbeat_at_without_an_event(c
 
 def test_done_records_cpu_and_wall_seconds_and_finished_at(client, database):
     job_id = job_in(client, "Running")
-    job = report_ok(client, job_id, "Done", cpu_seconds=3600.5, wall_seconds=4000)
-    assert job["cpu_seconds"] == 3600.5
-    assert job["wall_seconds"] == 4000
+    job = report_ok(client, job_id, "Done", cpu_seconds=250.5, wall_seconds=280)
+    assert job["cpu_seconds"] == 250.5
+    assert job["wall_seconds"] == 280
     assert job["finished_at"] is not None
     assert ts(job["finished_at"]) >= ts(job["started_at"])
     assert get_job(client, job_id) == job
@@ -282,6 +282,39 @@ def test_a_pilot_may_fail_a_matched_job_it_could_not_start(client, database):
                       m="Input data not available") == 1  # fmt: skip
     assert count_rows(database, "usage_charges") == 0  # no CPU reported, none charged
     assert_problem(report(client, job_id, "Running"), 409)  # final
+
+
+def test_a_report_of_more_time_than_physics_allows_is_a_422_that_changes_nothing(client, database):
+    """The wall time at most the time since the match plus jobs.clock_skew_seconds (300), the CPU
+    at most the wall time × the job's processors × 1.05; a report beyond either changes nothing."""
+    job_id = job_in(client, "Running")
+    cases = [({"wall_seconds": 10**6, "cpu_seconds": 100}, "wall_seconds"),
+             ({"wall_seconds": 200, "cpu_seconds": 10**12}, "cpu_seconds"),
+             ({"cpu_seconds": 10**12}, "cpu_seconds")]  # fmt: skip
+    for used, field in cases:
+        for status in ("Running", "Done"):
+            problem = assert_problem(report(client, job_id, status, **used), 422)
+            (error,) = problem["errors"]
+            assert error["loc"] == ["body", field] and field in problem["detail"]
+    assert problem["errors"][0]["ctx"]["bound"] <= (300 + 60) * 1.05  # the time since the match, and the skew
+    assert (
+        "jobs.clock_skew_seconds" in assert_problem(report(client, job_id, "Done", wall_seconds=10**6), 422)["detail"]
+    )
+    job = get_job(client, job_id)
+    assert (job["status"], job["cpu_seconds"], job["wall_seconds"]) == ("Running", None, None)
+    assert count_rows(database, "usage_charges") == 0
+    assert events(database, job_id) == ["Waiting", "Matched", "Running"]
+    report_ok(client, job_id, "Done", cpu_seconds=200 * 1.05, wall_seconds=200)  # within both bounds
+
+
+def test_a_job_of_several_processors_may_report_their_cpu_time(client, database):
+    job_id = submit_one(client, tags=["MultiProcessor", "8Processors"])
+    match(client, job_id, NumberOfProcessors=8)
+    report_ok(client, job_id, "Running", cpu_seconds=8 * 100, wall_seconds=100)  # eight cores busy
+    problem = assert_problem(report(client, job_id, "Done", cpu_seconds=9 * 200, wall_seconds=200), 422)
+    assert problem["errors"][0]["loc"] == ["body", "cpu_seconds"] and problem["errors"][0]["ctx"]["bound"] == 1680
+    report_ok(client, job_id, "Done", cpu_seconds=8 * 200, wall_seconds=200)
+    assert count_rows(database, "usage_charges", "job_id = :j", j=job_id) == 1
 
 
 def test_a_matched_job_failed_with_cpu_seconds_is_charged_what_was_reported(client, database):
@@ -759,3 +792,44 @@ def test_only_the_owner_and_privileged_callers_may_reschedule(as_role):
     assert_problem(reschedule(pilot, job_id), 403)
     assert_problem(reschedule(admin, 2**62), 404)
     assert reschedule(as_role("operator"), job_id).json()["reschedules"] == 0
+
+
+def test_a_job_s_history_says_what_happened_and_who_did_it(as_role):
+    """GET /jobs/{id}/history: every event oldest first with its source and actor; users see
+    their own jobs' history only."""
+    alice, bob = as_role("user", "alice", groups=["g"]), as_role("user", "bob", groups=["g"])
+    pilot, operator = as_role("pilot", "p1"), as_role("operator", "op-ann")
+    job_id = submit_one(alice, owner="alice", owner_group="g")
+    assert match(pilot)["job_id"] == job_id
+    report_ok(pilot, job_id, "Running")
+    report_ok(pilot, job_id, "Stalled")
+    assert operator.post(f"/jobs/{job_id}/reschedule").status_code == 200
+    assert alice.patch(f"/jobs/{job_id}", json={"user_priority": 3}).status_code == 200
+    assert alice.delete(f"/jobs/{job_id}").status_code == 200
+    r = alice.get(f"/jobs/{job_id}/history")
+    assert r.status_code == 200, r.text
+    history = r.json()
+    assert history["job_id"] == job_id
+    steps = [(e["status"], e["source"], e["by"]) for e in history["events"]]
+    assert steps == [("Waiting", "submit", "alice"), ("Matched", "match", "p1"), ("Running", "api", "p1"),
+                     ("Stalled", "api", "p1"), ("Waiting", "reschedule", "op-ann"), ("Waiting", "priority", "alice"),
+                     ("Killed", "kill", "alice")]  # fmt: skip
+    times = [datetime.fromisoformat(e["at"]) for e in history["events"]]
+    assert times == sorted(times) and all(t.tzinfo is not None for t in times)
+    assert history["events"][1]["minor_status"] == "Assigned"
+    assert operator.get(f"/jobs/{job_id}/history").json() == history
+    assert_problem(bob.get(f"/jobs/{job_id}/history"), 404)  # another user's job is out of sight
+    assert_problem(alice.get("/jobs/999999999/history"), 404)
+
+
+def test_the_service_s_own_returns_are_by_system(server_factory, clean):
+    """A lapsed lease puts the job back by the service's own hand."""
+    server = server_factory(JOBS__MATCHED_LEASE_SECONDS="1", JOBS__LEASE_SWEEP_SECONDS="0.2")
+    with server.client() as api:
+        job_id = submit_one(api)
+        match(api, job_id)
+        deadline = time.monotonic() + 20
+        while (events_now := api.get(f"/jobs/{job_id}/history").json()["events"])[-1]["source"] != "lease":
+            assert time.monotonic() < deadline, events_now
+            time.sleep(0.2)
+    assert (events_now[-1]["status"], events_now[-1]["by"]) == ("Waiting", "system")

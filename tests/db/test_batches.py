@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("template", ["postgresq
 async def _queue(engine: Any, settings: Any, jobs: int) -> int:
     specs = [JobSpec(owner="alice", owner_group="lhcb_user", priority_class=0, user_priority=1) for _ in range(jobs)]
     async with engine.connect() as conn:
-        [tq_id] = {row["task_queue_id"] for row in await submission.submit(conn, specs, settings)}
+        [tq_id] = {row["task_queue_id"] for row in await submission.submit(conn, specs, settings, by="alice")}
     return tq_id
 
 
@@ -189,7 +189,7 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
         "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
-        "pilot_reference": None, "grid_ce": None, "benchmark": None, "requester": "pilot", "request_id": None, "now": now,
+        "pilot_reference": None, "grid_ce": None, "benchmark": None, "requester": "pilot", "request_id": None, "request_resource": None, "now": now,
         "lease_until": now + timedelta(seconds=600), "guarded": False,
     }  # fmt: skip
 
@@ -253,7 +253,10 @@ async def test_status_reports_share_batches_with_claims_and_a_refused_one_change
     matched = [o.job.id for o in outcomes if isinstance(o, Claimed)]
     async with engine.connect() as conn:  # in a queue of its own, which the claims below leave alone
         [elsewhere] = await submission.submit(
-            conn, [JobSpec(owner="bob", owner_group="lhcb_user", priority_class=0, user_priority=1)], settings
+            conn,
+            [JobSpec(owner="bob", owner_group="lhcb_user", priority_class=0, user_priority=1)],
+            settings,
+            by="alice",
         )
     waiting = elsewhere["job_id"]
     sent: list[int] = []
@@ -267,7 +270,7 @@ async def test_status_reports_share_batches_with_claims_and_a_refused_one_change
 
     async def report(job_id: int) -> Any:
         async with engine.connect() as conn:
-            return await job_service.report_status(conn, job_id, StatusUpdate(status="Running"), settings)
+            return await job_service.report_status(conn, job_id, StatusUpdate(status="Running"), settings, by="pilot")
 
     async def claim() -> Any:
         return (await _claim_at_once(engine, [ClaimTarget(tq_id, 1.0)], [None]))[0][0]

@@ -64,7 +64,9 @@ class Harness:
             tq_ids = {self.world.submit(spec, 0, 1, self._seconds, 1.0)[0].tq_id for spec in specs}
         else:
             async with self.engine.connect() as conn:
-                tq_ids = {row["task_queue_id"] for row in await submission.submit(conn, specs, self.settings)}
+                tq_ids = {
+                    row["task_queue_id"] for row in await submission.submit(conn, specs, self.settings, by="alice")
+                }
         [tq_id] = tq_ids
         return tq_id
 

@@ -54,7 +54,7 @@ async def test_a_queue_a_kill_empties_never_lends_its_id_to_the_next_new_queue(e
         world = World(conn, settings, seed=1)
         [job_id] = await world.submit([{"owner": "alice", "owner_group": "g"}])
         emptied = await only_queue_id(world)
-        await jobs.kill(conn, job_id)  # deletes the queue it leaves empty
+        await jobs.kill(conn, job_id, by="alice")  # deletes the queue it leaves empty
         assert await world.task_queues() == []
         await world.submit([{"owner": "bob", "owner_group": "h"}])
         assert await only_queue_id(world) > emptied
@@ -65,7 +65,7 @@ async def test_a_pruned_usage_charge_never_lends_its_id_to_the_next_charge(engin
         [job_id] = await world.submit([{"owner": owner, "owner_group": "g"}])
         assert (await world.match(PILOT))["job_id"] == job_id
         await world.set_status(job_id, "Running")
-        await jobs.report_status(conn, job_id, StatusUpdate(status="Done", cpu_seconds=60), settings)
+        await jobs.report_status(conn, job_id, StatusUpdate(status="Done", cpu_seconds=60), settings, by="pilot")
         async with read_transaction(conn):
             return list((await conn.execute(select(usage_charges.c.id))).scalars())
 

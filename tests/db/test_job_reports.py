@@ -80,10 +80,12 @@ async def test_every_read_and_report_sees_what_the_scope_rule_says(engine, setti
         # a pilot reports its own jobs only; another's is missing, and stays as it was
         mine, theirs = seen_by[JobScope(matched_by="p1")][0], ids[1]
         with pytest.raises(NotFound):
-            await jobs.report_status(conn, theirs, StatusUpdate(status="Running"), settings, JobScope(matched_by="p1"))
+            await jobs.report_status(
+                conn, theirs, StatusUpdate(status="Running"), settings, JobScope(matched_by="p1"), by="p1"
+            )
         assert (await jobs.get(conn, theirs))["status"] == "Matched"
         running = await jobs.report_status(conn, mine, StatusUpdate(status="Running"), settings,
-                                           JobScope(matched_by="p1"))  # fmt: skip
+                                           JobScope(matched_by="p1"), by="p1")  # fmt: skip
         assert running == await jobs.get(conn, mine)
 
 
@@ -93,11 +95,13 @@ async def test_a_finish_without_cpu_seconds_charges_what_the_job_reported_before
         reported, silent = await world.submit([{"owner": "alice", "owner_group": "g"}] * 2)
         for job_id in (reported, silent):
             await hand_out(conn, job_id, "p1")
-        await jobs.report_status(conn, reported, StatusUpdate(status="Running", cpu_seconds=40.0), settings)
-        await jobs.report_status(conn, silent, StatusUpdate(status="Running"), settings)
-        done = await jobs.report_status(conn, reported, StatusUpdate(status="Done"), settings)
+        await jobs.report_status(conn, reported, StatusUpdate(status="Running", cpu_seconds=40.0), settings, by="pilot")
+        await jobs.report_status(conn, silent, StatusUpdate(status="Running"), settings, by="pilot")
+        done = await jobs.report_status(conn, reported, StatusUpdate(status="Done"), settings, by="pilot")
         assert (done["status"], done["cpu_seconds"]) == ("Done", 40.0)
-        assert (await jobs.report_status(conn, silent, StatusUpdate(status="Failed"), settings))["status"] == "Failed"
+        assert (await jobs.report_status(conn, silent, StatusUpdate(status="Failed"), settings, by="pilot"))[
+            "status"
+        ] == "Failed"
         weight = settings.accounting.cpu_weight
         assert await rows(conn, "SELECT job_id, charge, account FROM usage_charges") == [(reported, 40.0 * weight, "g")]
 
@@ -109,13 +113,13 @@ async def test_a_refused_report_changes_nothing(engine, settings):
         await hand_out(conn, job_id, "p1")
         before = await jobs.get(conn, job_id)
         with pytest.raises(Conflict) as refused:
-            await jobs.report_status(conn, job_id, StatusUpdate(status="Done", cpu_seconds=5.0), settings)
+            await jobs.report_status(conn, job_id, StatusUpdate(status="Done", cpu_seconds=5.0), settings, by="pilot")
         assert refused.value.extra == {"current_status": "Matched", "requested_status": "Done"}
         assert await jobs.get(conn, job_id) == before
         assert await rows(conn, "SELECT count(*) FROM usage_charges") == [(0,)]
         assert await rows(conn, "SELECT status FROM job_events WHERE job_id = :id", id=job_id) == [("Waiting",)]
         with pytest.raises(NotFound):
-            await jobs.report_status(conn, job_id + 1, StatusUpdate(status="Running"), settings)
+            await jobs.report_status(conn, job_id + 1, StatusUpdate(status="Running"), settings, by="pilot")
 
 
 async def test_reports_racing_to_finish_a_job_finish_and_charge_it_once(engine, settings, cloned):
@@ -126,15 +130,17 @@ async def test_reports_racing_to_finish_a_job_finish_and_charge_it_once(engine, 
         world = World(conn, settings, seed=1)
         [job_id] = await world.submit([{"owner": "alice", "owner_group": "g"}])
         await hand_out(conn, job_id, "p1")
-        await jobs.report_status(conn, job_id, StatusUpdate(status="Running"), settings)
-        beat = await jobs.report_status(conn, job_id, StatusUpdate(status="Running", cpu_seconds=3.0), settings)
+        await jobs.report_status(conn, job_id, StatusUpdate(status="Running"), settings, by="pilot")
+        beat = await jobs.report_status(
+            conn, job_id, StatusUpdate(status="Running", cpu_seconds=3.0), settings, by="pilot"
+        )
         assert (beat["status"], beat["cpu_seconds"]) == ("Running", 3.0)
 
     async def report(status: str) -> str:
         async with engine.connect() as own:
             try:
                 update = StatusUpdate(status=status, cpu_seconds=10.0)
-                return (await jobs.report_status(own, job_id, update, settings))["status"]
+                return (await jobs.report_status(own, job_id, update, settings, by="pilot"))["status"]
             except Conflict:
                 return "refused"
 

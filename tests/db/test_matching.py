@@ -30,7 +30,7 @@ async def submit(engine, settings, count: int = 1, **spec) -> list[dict]:
     spec = {"owner": "alice", "owner_group": "lhcb_user", "priority_class": 0, **spec}
     specs = [JobSpec(**spec)] * count
     async with engine.connect() as conn:
-        return await submission.submit(conn, specs, settings)
+        return await submission.submit(conn, specs, settings, by="alice")
 
 
 async def scalar(engine, stmt):

@@ -62,7 +62,7 @@ async def claim_one(world: World, **claim: Any) -> dict[str, Any] | None:
 
 async def report(world: World, job_id: int, status: str, cpu_seconds: float | None = None) -> dict[str, Any]:
     update = StatusUpdate(status=status, cpu_seconds=cpu_seconds)
-    return await job_service.report_status(world.conn, job_id, update, world.settings)
+    return await job_service.report_status(world.conn, job_id, update, world.settings, by="pilot")
 
 
 async def finished(
@@ -70,7 +70,7 @@ async def finished(
 ) -> int:
     job_id = await matched(world, owner, group, **claim)
     if status == "Killed":
-        await job_service.kill(world.conn, job_id)
+        await job_service.kill(world.conn, job_id, by="alice")
         return job_id
     await report(world, job_id, "Running")
     await report(world, job_id, status, cpu)
@@ -266,7 +266,9 @@ def priorities_of(run: dict[str, Any]) -> dict[int, float]:
 async def test_a_purge_changes_no_priority_and_no_usage(world_of):
     """Usage totals, charges (folded or not), running counts and history stay: the priorities
     recomputed after a purge are those recomputed before it."""
-    world = await world_of(priority={"policy": "multifactor"}, retention={"done_days": 1, "failed_days": 1})
+    # hours of CPU charged by jobs that live milliseconds: a clock skew that lets them through
+    world = await world_of(priority={"policy": "multifactor"}, retention={"done_days": 1, "failed_days": 1},
+                           jobs={"clock_skew_seconds": 10**5})  # fmt: skip
     for group, owner, cpu in [("g1", "alice", 5000.0), ("g1", "bob", 100.0), ("g2", "carol", 20000.0)]:
         await finished(world, "Done", owner, group, cpu)
         await finished(world, "Failed", owner, group, cpu / 2)

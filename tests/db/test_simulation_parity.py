@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fairmatch.accounting.associations import parse_sacctmgr
+from fairmatch.db import claims
 from fairmatch.db.engine import create_engine, read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.jobs.models import JobSpec, StatusUpdate
@@ -98,7 +99,7 @@ async def service(settings, monkeypatch) -> AsyncIterator[Callable[..., Any]]:
     """A World (the service in process) on the clone, with its clock under the test's hand."""
     opened = []
     clock = Clock()
-    for module in (submission, jobs, matching, priorities):
+    for module in (submission, jobs, matching, priorities, claims):  # the claim's time is the match's
         monkeypatch.setattr(module, "utcnow", lambda: clock.now)
 
     async def make(config: dict[str, Any], tree: bool) -> tuple[World, Clock]:
@@ -151,7 +152,7 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
             assert await world.sample(clock.now)
         else:
             await jobs.report_status(world.conn, job_id, StatusUpdate(status="Done", cpu_seconds=runtime),
-                                     world.settings)  # fmt: skip
+                                     world.settings, by="pilot")  # fmt: skip
     clock.at(DECIDED_AT)
     await accounting.fold_charges(world.conn, world.settings, wait=True)  # as a priority run starts
     async with read_transaction(world.conn):

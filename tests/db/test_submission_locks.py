@@ -30,7 +30,7 @@ async def test_a_submission_locks_its_task_queues_in_the_order_priority_runs_upd
         pytest.skip("SQLite has one writer at a time")
     async with engine.connect() as conn:
         for i in range(40):  # one at a time: a submission creates its new TQs in hash order
-            await submission.submit(conn, [spec(f"u{i}")], settings)
+            await submission.submit(conn, [spec(f"u{i}")], settings, by="alice")
         async with conn.begin():
             rows = (await conn.execute(select(task_queues.c.id, task_queues.c.requirements_hash, task_queues.c.owner)
                                        .order_by(task_queues.c.id))).all()  # fmt: skip

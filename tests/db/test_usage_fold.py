@@ -87,9 +87,9 @@ async def test_a_report_that_is_refused_or_retried_charges_once(engine, settings
         assert (await world.match(PILOT))["job_id"] == job_id
         await world.set_status(job_id, "Running")
         done = StatusUpdate(status="Done", cpu_seconds=70.0)
-        await jobs.report_status(c, job_id, done, settings)
+        await jobs.report_status(c, job_id, done, settings, by="pilot")
         with pytest.raises(Exception, match="cannot become Done"):
-            await jobs.report_status(c, job_id, done, settings)  # the pilot's retry
+            await jobs.report_status(c, job_id, done, settings, by="pilot")  # the pilot's retry
         c.info["settings"] = settings
         assert await accounting.fold_charges(c, settings, wait=True) == 1
         assert await usage_of(c) == pytest.approx(70.0)
@@ -148,7 +148,7 @@ async def test_a_report_never_waits_on_a_fold_or_on_another_report(engine, setti
             await world.match(PILOT)
         for job_id in ids:
             await world.set_status(job_id, "Running")
-        await jobs.report_status(c, ids[0], StatusUpdate(status="Done", cpu_seconds=1.0), settings)
+        await jobs.report_status(c, ids[0], StatusUpdate(status="Done", cpu_seconds=1.0), settings, by="pilot")
         assert await accounting.fold_charges(c, settings, wait=True) == 1  # usage_totals rows exist
     async with holder.begin():
         await AccountingDB.of(holder).lock_totals(wait=True)
@@ -157,7 +157,7 @@ async def test_a_report_never_waits_on_a_fold_or_on_another_report(engine, setti
         async with engine.connect() as c:
             for job_id in ids[1:]:
                 report = StatusUpdate(status="Done", cpu_seconds=2.0)
-                answer = await asyncio.wait_for(jobs.report_status(c, job_id, report, settings), timeout=5)
+                answer = await asyncio.wait_for(jobs.report_status(c, job_id, report, settings, by="pilot"), timeout=5)
                 assert answer["status"] == "Done"
     assert await pending(holder) == 3
 

@@ -35,7 +35,9 @@ class World:
 
     async def submit(self, specs: list[dict[str, Any]]) -> list[int]:
         """Queue jobs as the API does after its checks (which settle the priority class)."""
-        queued = await submission.submit(self.conn, [JobSpec(priority_class=0, **s) for s in specs], self.settings)
+        queued = await submission.submit(
+            self.conn, [JobSpec(priority_class=0, **s) for s in specs], self.settings, by="alice"
+        )
         return [q["job_id"] for q in queued]
 
     async def recompute(self) -> dict[str, Any]:
@@ -62,4 +64,4 @@ class World:
         return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
-        return await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings)
+        return await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings, by="pilot")

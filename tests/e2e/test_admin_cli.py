@@ -174,7 +174,10 @@ def test_an_unknown_job_exits_1(run, server, clean):
         # the states as the API and the docs spell them, not case-folded
         (["jobs", "status", "2", "Finished"], "'Finished' is not one of Running, Done, Failed, Stalled, Waiting"),
         (["jobs", "list", "--status", "Sleeping"], "Invalid value for '--status'"),
-        (["jobs", "list", "--status", "sleeping"], "is not one of Waiting, Matched, Running, Stalled, Done, Failed"),
+        (
+            ["jobs", "list", "--status", "sleeping"],
+            "is not one of Waiting, Held, Matched, Running, Stalled, Done, Failed",
+        ),
         (["groups", "set", "g", "--priority", "5000"], "--priority"),
         (["status", "--token", "two words"], "not a token"),
         (["no-such-command"], "No such command"),
@@ -300,14 +303,14 @@ def test_status_numbers_follow_submissions_and_matches(at, server):
         assert client.post(f"/jobs/{running_job['job_id']}/status", json={"status": "Running"}).status_code == 200
     after = at("status", "--top", "1")
 
-    assert before["totals"] == {"waiting": 0, "matched": 0, "running": 0, "stalled": 0}
+    assert before["totals"] == {"waiting": 0, "held": 0, "matched": 0, "running": 0, "stalled": 0}
     assert [w["matches"] for w in before["match_rate"]] == [0, 0]
     assert queued["groups"] == [
-        {"owner_group": "g", "waiting": 3, "matched": 0, "running": 0, "stalled": 0},
-        {"owner_group": "h", "waiting": 1, "matched": 0, "running": 0, "stalled": 0},
+        {"owner_group": "g", "waiting": 3, "held": 0, "matched": 0, "running": 0, "stalled": 0},
+        {"owner_group": "h", "waiting": 1, "held": 0, "matched": 0, "running": 0, "stalled": 0},
     ]
     assert [(tq["owner"], tq["jobs"]) for tq in queued["top_task_queues"]] == [("alice", 3), ("bob", 1)]
-    assert after["totals"] == {"waiting": 1, "matched": 2, "running": 1, "stalled": 0}
+    assert after["totals"] == {"waiting": 1, "held": 0, "matched": 2, "running": 1, "stalled": 0}
     assert [(w["window_seconds"], w["matches"]) for w in after["match_rate"]] == [(60, 3), (300, 3)]
     assert after["match_rate"][0]["per_second"] == pytest.approx(3 / 60)
     assert [(tq["owner"], tq["jobs"]) for tq in after["top_task_queues"]] == [("alice", 1)]
@@ -473,3 +476,42 @@ def test_a_terminal_gets_the_limits_table(invoke, monkeypatch, server, clean):
 
     assert result.exit_code == 0, result.stderr
     assert "Site limits" in result.stdout and "2.5 s" in result.stdout and "1 limits" in result.stdout
+
+
+def test_the_audit_log_and_a_job_s_history_from_the_command_line(run, token_server, clean, tmp_path):
+    url = ["--url", token_server.url]
+    succeeded(run("groups", "set", "g", "--share", "5", *url, FAIRMATCH_TOKEN=token("admin")))
+    log = succeeded(run("audit", "--action", "group.put", *url, FAIRMATCH_TOKEN=token("admin")))
+    assert [(e["action"], e["target"]) for e in log["entries"]] == [("group.put", "g")]
+    assert_failed(run("audit", *url, FAIRMATCH_TOKEN=token("operator")), 1, "error: Forbidden")
+
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([JOB]))
+    (job,) = succeeded(run("jobs", "submit", str(path), *url, FAIRMATCH_TOKEN=token("admin", "ops-anna")))["jobs"]
+    succeeded(run("jobs", "kill", str(job["job_id"]), *url, FAIRMATCH_TOKEN=token("operator", "ops-olga")))
+    history = succeeded(run("jobs", "history", str(job["job_id"]), *url, FAIRMATCH_TOKEN=token("operator")))
+    assert [(e["status"], e["source"], e["by"]) for e in history["events"]] == [
+        ("Waiting", "submit", "ops-anna"), ("Killed", "kill", "ops-olga")
+    ]  # fmt: skip
+
+
+def test_a_bulk_action_on_a_terminal_asks_first(monkeypatch, server, clean, tmp_path):
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
+    monkeypatch.setattr(render, "stdin_is_tty", lambda: True)
+    runner = CliRunner()
+    with server.client() as client:
+        ids = [j["job_id"] for j in client.post("/jobs", json={"jobs": [JOB] * 3}).json()["jobs"]]
+
+    refused = runner.invoke(cli, ["jobs", "hold", "--owner", JOB["owner"], "--url", server.url], input="n\n")
+    assert refused.exit_code == 1 and "hold 3 of the 3 jobs selected?" in refused.stderr
+    held = runner.invoke(cli, ["jobs", "hold", "--owner", JOB["owner"], "--url", server.url], input="y\n")
+    assert held.exit_code == 0, held.stderr
+    answer = held.stdout[held.stdout.index("{") :]  # the runner echoes the typed answer to stdout first
+    assert json.loads(answer) == {"matched": 3, "changed": 3, "job_ids": ids}
+    released = runner.invoke(cli, ["jobs", "release", *map(str, ids[:2]), "--yes", "--url", server.url])
+    assert "?" not in released.stderr and json.loads(released.stdout)["job_ids"] == ids[:2]
+    dry = runner.invoke(cli, ["jobs", "kill", "--status", "Held", "--dry-run", "--url", server.url])
+    assert json.loads(dry.stdout) == {"matched": 1, "changed": 1, "job_ids": ids[2:]}
+    nothing = runner.invoke(cli, ["jobs", "kill", "--url", server.url])
+    assert nothing.exit_code == 2 and "name the jobs" in nothing.stderr

@@ -16,6 +16,8 @@ from fairmatch.db.tables import jobs
 from tests.in_process import run_fairmatch
 
 PILOT = {"Site": "S", "CPUTime": 10**6}
+# usage of hours charged by jobs that live milliseconds: a clock skew that lets the hours through
+COMPRESSED = {"JOBS__CLOCK_SKEW_SECONDS": str(2 * 10**6)}
 
 
 def put_group(api, name: str, share: float, level: int = 0) -> None:
@@ -49,7 +51,7 @@ def drain(api) -> list[str]:
 
 
 def test_rank_matches_the_under_served_group_first(quiet_server):
-    server = quiet_server(PRIORITY__POLICY="rank")
+    server = quiet_server(PRIORITY__POLICY="rank", **COMPRESSED)
     with server.client() as api:
         for group in ("over", "under"):
             put_group(api, group, 1000)
@@ -64,7 +66,7 @@ def test_rank_matches_the_under_served_group_first(quiet_server):
 
 
 def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(quiet_server):
-    server = quiet_server(PRIORITY__POLICY="rank")
+    server = quiet_server(PRIORITY__POLICY="rank", **COMPRESSED)
     with server.client() as api:
         put_group(api, "normal", 1000)
         put_group(api, "parasitic", 0, level=1000)  # no share: a high level does not lift it
@@ -73,6 +75,26 @@ def test_rank_gives_a_parasitic_group_only_what_nobody_else_wants(quiet_server):
         submit(api, "normal", 4)
         api.post("/priorities/recompute")
         assert drain(api) == ["normal"] * 4 + ["parasitic"] * 3
+
+
+def test_rank_runs_a_parasitic_group_s_longer_jobs_only_when_no_share_holder_s_fit(quiet_server):
+    """The longest CPU bucket is preferred inside a band: a shareless group's job in the
+    longest bucket never takes a pilot a share-holder's shorter job fits."""
+    server = quiet_server(PRIORITY__POLICY="rank", **COMPRESSED)
+    with server.client() as api:
+        put_group(api, "normal", 1000)
+        put_group(api, "parasitic", 0)
+        submit(api, "parasitic", 3, cpu_time=900_000)
+        submit(api, "normal", 3, cpu_time=3600)
+        api.post("/priorities/recompute")
+        long_pilot = {**PILOT, "CPUTime": 2 * 10**6}  # every bucket fits it
+        odds = {tq["owner_group"]: tq["probability"]
+                for tq in api.post("/taskqueues/matching", json=long_pilot).json()["task_queues"]}  # fmt: skip
+        assert odds == {"normal": 1.0, "parasitic": 0.0}
+        order = []
+        while (r := api.post("/match", json=long_pilot)).status_code == 200:
+            order.append(r.json()["owner_group"])
+        assert order == ["normal"] * 3 + ["parasitic"] * 3
 
 
 @pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])

@@ -24,6 +24,7 @@ def tq_row(tq_id: int, **given: Any) -> dict[str, Any]:
         "min_ram_mb": 0,
         "max_ram_mb": 0,
         "priority": 1.0,
+        "shareless": False,
         "levels": [[1.0, 1]],
         "changed_at": CHANGED,
         **{field: [] for field in MULTI_VALUE_FIELDS},

@@ -2,13 +2,14 @@
 
 import random
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
 from fairmatch.jobs.lifecycle import FINAL, JobStatus, allowed
 from fairmatch.matching.choice import chances, choose, choose_level, finalists
 from fairmatch.matching.settings import Lottery, MatchingSettings
-from tests.unit.catalogs import catalog_of, tq_row
+from tests.unit.catalogs import CHANGED, catalog_of, tq_row
 
 TQS = [
     tq_row(1, priority_class=0, cpu_time=3600, priority=1),
@@ -26,6 +27,26 @@ def test_priority_class_is_strict_then_longest_cpu():
     catalog = catalog_of(TQS)
     assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=True)) == [2, 3]
     assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=False)) == [1, 2, 3]
+
+
+def test_a_shareless_queue_is_a_finalist_only_when_no_share_holder_s_is_eligible():
+    """Under rank, a group without a share runs only when no share-holder's job fits: its
+    queue in the longest CPU bucket does not take the pilot from a share-holder in a shorter one."""
+    catalog = catalog_of([
+        tq_row(1, cpu_time=3600, priority=5), tq_row(2, cpu_time=86400, priority=1),
+        tq_row(3, cpu_time=1080000, priority=1, shareless=True), tq_row(4, cpu_time=1080000, priority=2, shareless=True),
+        tq_row(5, priority_class=-1, cpu_time=1080000, priority=9),
+    ])  # fmt: skip
+    assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=True)) == [2]
+    assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=False)) == [1, 2]
+    shareless_only = catalog.live & ~catalog.buckets[3600] & ~catalog.buckets[86400]
+    assert _ids(catalog, finalists(catalog, shareless_only, prefer_longest_cpu=True)) == [3, 4]
+    settings = MatchingSettings(lottery=Lottery.exact)
+    odds = chances(catalog, catalog.live, settings)
+    assert odds[2] == 1.0 and odds[3] == odds[4] == odds[1] == 0.0
+    # a run that gives the group a share again moves its queue back to the upper band
+    catalog.apply([tq_row(3, cpu_time=1080000, priority=1, shareless=False, changed_at=CHANGED + timedelta(seconds=1))])
+    assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=True)) == [3]
 
 
 def test_a_higher_class_wins_whatever_the_priorities():
@@ -89,7 +110,8 @@ def test_a_drained_level_is_passed_over_and_a_drained_queue_leaves_the_draw():
 
 
 LEGAL = {
-    (JobStatus.Waiting, JobStatus.Matched), (JobStatus.Waiting, JobStatus.Killed),
+    (JobStatus.Waiting, JobStatus.Matched), (JobStatus.Waiting, JobStatus.Killed), (JobStatus.Waiting, JobStatus.Held),
+    (JobStatus.Held, JobStatus.Waiting), (JobStatus.Held, JobStatus.Killed),
     (JobStatus.Matched, JobStatus.Running), (JobStatus.Matched, JobStatus.Waiting),
     (JobStatus.Matched, JobStatus.Killed), (JobStatus.Matched, JobStatus.Failed), (JobStatus.Running, JobStatus.Running),
     (JobStatus.Running, JobStatus.Done), (JobStatus.Running, JobStatus.Failed),

@@ -44,6 +44,12 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("PATCH", "/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
     ("DELETE", "/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
     ("POST", "/jobs/purge"): frozenset({ADMIN}),
+    ("GET", "/jobs/{job_id}/history"): EVERY_ROLE,
+    **{
+        ("POST", f"/jobs/{action}"): frozenset({ADMIN, OPERATOR, USER})
+        for action in ("kill", "hold", "release", "reschedule", "priority")
+    },
+    ("GET", "/audit"): frozenset({ADMIN}),
     ("POST", "/jobs/{job_id}/reschedule"): frozenset({ADMIN, OPERATOR, USER}),
     ("POST", "/jobs/{job_id}/status"): frozenset({ADMIN, OPERATOR, PILOT}),
     ("POST", "/match"): frozenset({ADMIN, PILOT}),
