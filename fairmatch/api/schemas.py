@@ -97,7 +97,7 @@ class JobEvent(BaseModel):
     minor_status: str | None
     source: str = Field(
         description="What made the change: submit, match, api (a status report), reschedule, kill, priority,"
-        " lease (a pilot that never confirmed), stall (the stalled-job watchdog)."
+        " hold, release, lease (a pilot that never confirmed), stall (the stalled-job watchdog)."
     )
     by: str | None = Field(
         description="Who acted: the caller's identity (its token's subject), `system` for the service's own"

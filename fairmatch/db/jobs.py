@@ -12,7 +12,6 @@ the caller's scope is not found, nor locked.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, sta
 from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
 
 # a job's spec, beside its jobs row wherever the whole job is read
 _SPEC = (job_specs.c.requirements, job_specs.c.payload)
@@ -241,8 +240,7 @@ class JobDB(AreaDB):
                 .where(jobs.c.id == job_id)
             )
         ).one()
-        submitted = Requirements.from_json(row.requirements)
-        return dataclasses.replace(submitted, priority_class=row.priority_class), row.user_priority
+        return requeued(row.requirements, row.priority_class), row.user_priority
 
     async def forget_match_request(self, job_id: int) -> None:
         """Void the job's match: a late replay of its request id must not return it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -36,7 +36,7 @@ from fairmatch.services import jobs as job_service
 from fairmatch.services import reprioritise, taskqueues
 from fairmatch.services.queueing import record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
-from fairmatch.taskqueues.requirements import Requirements, real_priority
+from fairmatch.taskqueues.requirements import real_priority, requeued
 
 BATCH = 500  # jobs changed per transaction
 LISTED = 1000  # job ids an answer lists
@@ -146,7 +146,9 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
     async with conn.begin():
         db = BulkDB.of(conn)
         held = {job_id: row for job_id, row in (await db.lock(job_ids)).items() if row.status == JobStatus.Held}
-        wanted = {job_id: _requeued(row) for job_id, row in held.items()}
+        if not held:
+            return []  # released by another caller meanwhile
+        wanted = {job_id: requeued(row.requirements, row.priority_class) for job_id, row in held.items()}
         found, created = await TaskQueueDB.of(conn).find_or_create(set(wanted.values()), now)
         rows = [
             {"job_id": job_id, "tq_id": found[reqs.hash], "user_priority": held[job_id].user_priority,
@@ -162,11 +164,6 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
     await record_arrivals(conn, arrivals, new_jobs=False)
     await refresh_priorities(conn, settings, {reqs.owner_group for reqs in wanted.values() if reqs.hash in created})
     return sorted(held)
-
-
-def _requeued(row: Any) -> Requirements:
-    """The requirements a job is queued again with: its spec's, in the class it has now."""
-    return replace(Requirements.from_json(row.requirements), priority_class=row.priority_class)
 
 
 async def _one_by_one(conn: AsyncConnection, request: Request, job_ids: list[int], settings: Settings) -> list[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -20,7 +19,7 @@ from fairmatch.services import taskqueues
 from fairmatch.services.jobs import UNRESTRICTED, missing
 from fairmatch.services.queueing import refresh_priorities
 from fairmatch.settings import Settings
-from fairmatch.taskqueues.requirements import Requirements, real_priority
+from fairmatch.taskqueues.requirements import real_priority, requeued
 
 PRIORITY_CHANGE_ATTEMPTS = 3
 
@@ -94,7 +93,7 @@ async def _change_priority_locked(
     check_class(job.priority_class)
     new_class = job.priority_class if change.priority_class is None else change.priority_class
     new_user_priority = job.user_priority if change.user_priority is None else change.user_priority
-    reqs = dataclasses.replace(Requirements.from_json(job.requirements), priority_class=new_class)
+    reqs = requeued(job.requirements, new_class)
     values: dict[str, Any] = {"priority_class": new_class, "user_priority": new_user_priority}
     left_tq = None
     if queued_in is not None:

@@ -150,5 +150,11 @@ class Requirements:
         return self._digest
 
 
+def requeued(stored: Mapping[str, Any], priority_class: int) -> Requirements:
+    """The requirements a job is queued again with: those its spec stores, in the priority
+    class it has now (a change of class does not rewrite the spec)."""
+    return dataclasses.replace(Requirements.from_json(stored), priority_class=priority_class)
+
+
 # the fields of the canonical form: every requirement, not the cached digest
 CANONICAL_FIELDS = tuple(f.name for f in dataclasses.fields(Requirements) if f.init)
