@@ -24,7 +24,11 @@ BATCH_SIZE = 10_000  # the server's largest POST /jobs
 PAGE_SIZE = 1000  # the largest page GET /jobs gives
 MAX_ID = 2**63 - 1
 
-app = typer.Typer(help="Submit, list, inspect, kill, reprioritise and purge jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Submit, list, inspect and trace jobs; kill, hold, release, reschedule and reprioritise them, one or many;"
+    " purge them.",
+    no_args_is_help=True,
+)
 submit_app = typer.Typer()  # `fairmatch submit`: the same command as `fairmatch jobs submit`
 
 JobId = Annotated[int, typer.Argument(min=1, max=MAX_ID, metavar="ID", help="The job's id.", show_default=False)]
@@ -195,77 +199,59 @@ def history_table(document: dict) -> Table:
     return table
 
 
-@app.command("kill")
-def kill(
-    job_ids: selection.JobIds = None,
-    status: selection.Status = None,
-    owner: selection.Owner = None,
-    group: selection.Group = None,
-    account: selection.Account = None,
-    site: selection.Site = None,
-    task_queue: selection.TaskQueue = None,
-    since: selection.Since = None,
-    until: selection.Until = None,
-    dry_run: selection.DryRun = False,
-    yes: selection.Yes = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Kill jobs that have not finished: one by its id, or every job the ids and filters select
-    (`scancel -u`), asking first on a terminal."""
-    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
-        show_job(call_api(connect(url, token), "DELETE", f"/jobs/{job_ids[0]}"), f"Job {job_ids[0]} killed")
-        return
-    _bulk(url, token, "kill", job_ids, chosen, dry_run=dry_run, yes=yes)
-
-
-@app.command("hold")
-def hold(
-    job_ids: selection.JobIds = None,
-    status: selection.Status = None,
-    owner: selection.Owner = None,
-    group: selection.Group = None,
-    account: selection.Account = None,
-    site: selection.Site = None,
-    task_queue: selection.TaskQueue = None,
-    since: selection.Since = None,
-    until: selection.Until = None,
-    dry_run: selection.DryRun = False,
-    yes: selection.Yes = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Hold waiting jobs (`condor_hold`): never matched until released, their ids and priorities kept."""
-    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    _bulk(url, token, "hold", job_ids, chosen, dry_run=dry_run, yes=yes)
-
-
-@app.command("release")
-def release(
-    job_ids: selection.JobIds = None,
-    status: selection.Status = None,
-    owner: selection.Owner = None,
-    group: selection.Group = None,
-    account: selection.Account = None,
-    site: selection.Site = None,
-    task_queue: selection.TaskQueue = None,
-    since: selection.Since = None,
-    until: selection.Until = None,
-    dry_run: selection.DryRun = False,
-    yes: selection.Yes = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Release held jobs: Waiting again, at the place their ids give them."""
-    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    _bulk(url, token, "release", job_ids, chosen, dry_run=dry_run, yes=yes)
-
-
 def _bulk(url: str | None, token: str | None, action: str, job_ids: list[int] | None, chosen: dict[str, Any],
           *, dry_run: bool, yes: bool, **more: Any) -> None:  # fmt: skip
     picked = {**chosen, **({"job_ids": job_ids} if job_ids else {})}
     selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **more)
+
+
+def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dict, str]] | None = None) -> None:
+    """`fairmatch jobs ACTION [ID]... [filters]`: the bulk action on the jobs selected; with `one`,
+    a single id and no filter take the one-job call instead (its whole job is shown)."""
+
+    def command(
+        job_ids: selection.JobIds = None,
+        status: selection.Status = None,
+        owner: selection.Owner = None,
+        group: selection.Group = None,
+        account: selection.Account = None,
+        site: selection.Site = None,
+        task_queue: selection.TaskQueue = None,
+        since: selection.Since = None,
+        until: selection.Until = None,
+        dry_run: selection.DryRun = False,
+        yes: selection.Yes = False,
+        url: UrlOption = None,
+        token: TokenOption = None,
+    ) -> None:
+        chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
+        if one is not None and job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+            show_job(*one(connect(url, token), job_ids[0]))
+            return
+        _bulk(url, token, action, job_ids, chosen, dry_run=dry_run, yes=yes)
+
+    command.__doc__ = doc
+    app.command(action)(command)
+
+
+_bulk_command(
+    "kill",
+    """Kill jobs that have not finished: one by its id, or every job the ids and filters select
+    (`scancel -u`), asking first on a terminal.""",
+    lambda api, job_id: (call_api(api, "DELETE", f"/jobs/{job_id}"), f"Job {job_id} killed"),
+)
+_bulk_command("hold", "Hold waiting jobs (`condor_hold`): never matched until released, their ids and priorities kept.")
+_bulk_command("release", "Release held jobs: Waiting again, at the place their ids give them.")
+_bulk_command(
+    "reschedule",
+    """Put Matched or Stalled jobs back in their task queues (DIRAC's dirac-wms-job-reschedule):
+    one by its id, or every job the ids and filters select (asking first on a terminal).
+
+    Its owner's, an operator's or an admin's own reschedule: it does not count in the job's
+    reschedules, which bound the returns nobody asked for.
+    """,
+    lambda api, job_id: (call_api(api, "POST", f"/jobs/{job_id}/reschedule", None), f"Job {job_id}"),
+)
 
 
 @app.command("priority")
@@ -304,35 +290,6 @@ def priority(
         show_job(call_api(connect(url, token), "PATCH", f"/jobs/{job_ids[0]}", body), f"Job {job_ids[0]}")
         return
     _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, change=body)
-
-
-@app.command("reschedule")
-def reschedule(
-    job_ids: selection.JobIds = None,
-    status: selection.Status = None,
-    owner: selection.Owner = None,
-    group: selection.Group = None,
-    account: selection.Account = None,
-    site: selection.Site = None,
-    task_queue: selection.TaskQueue = None,
-    since: selection.Since = None,
-    until: selection.Until = None,
-    dry_run: selection.DryRun = False,
-    yes: selection.Yes = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Put Matched or Stalled jobs back in their task queues (DIRAC's dirac-wms-job-reschedule):
-    one by its id, or every job the ids and filters select (asking first on a terminal).
-
-    Its owner's, an operator's or an admin's own reschedule: it does not count in the job's
-    reschedules, which bound the returns nobody asked for.
-    """
-    chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
-        show_job(call_api(connect(url, token), "POST", f"/jobs/{job_ids[0]}/reschedule", None), f"Job {job_ids[0]}")
-        return
-    _bulk(url, token, "reschedule", job_ids, chosen, dry_run=dry_run, yes=yes)
 
 
 @app.command("status")
