@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 
 from fairmatch.auth.policy import JobScope
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.jobs import filtered, visible
+from fairmatch.db.jobs import listed
 from fairmatch.db.tables import job_specs, jobs, tq_jobs
 from fairmatch.jobs.filters import JobFilter
 
@@ -27,7 +27,7 @@ class BulkDB(AreaDB):
     ) -> list[tuple[int, str]]:
         """(id, status) of up to `limit` jobs after `after_id` in id order, within the scope,
         passing the filters and, when given, among `job_ids`."""
-        stmt = select(jobs.c.id, jobs.c.status).where(jobs.c.id > after_id, visible(scope), *filtered(filters))
+        stmt = select(jobs.c.id, jobs.c.status).where(*listed(filters, after_id=after_id, scope=scope))
         if job_ids is not None:
             stmt = stmt.where(jobs.c.id.in_(sorted(job_ids)))
         return [(row.id, row.status) for row in await self.conn.execute(stmt.order_by(jobs.c.id).limit(limit))]

@@ -75,6 +75,11 @@ def filtered(filters: JobFilter) -> list[ColumnElement[bool]]:
     return conditions
 
 
+def listed(filters: JobFilter, *, after_id: int, scope: JobScope) -> list[ColumnElement[bool]]:
+    """The jobs a listing's page takes, in id order after `after_id`: within the scope, passing the filters."""
+    return [jobs.c.id > after_id, visible(scope), *filtered(filters)]
+
+
 def visible(scope: JobScope) -> ColumnElement[bool]:
     """The jobs the scope sees: the one rendering of a caller's scope in SQL."""
     return _one_of(_named_values(scope))
@@ -187,7 +192,7 @@ class JobDB(AreaDB):
 
     async def page(self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope) -> Sequence[Any]:
         """Up to `limit` whole jobs after `after_id` in id order, within the scope and filters."""
-        stmt = _whole_job().where(jobs.c.id > after_id, visible(scope), *filtered(filters))
+        stmt = _whole_job().where(*listed(filters, after_id=after_id, scope=scope))
         return (await self.conn.execute(stmt.order_by(jobs.c.id).limit(limit))).all()
 
     async def lock_state(self, job_id: int, scope: JobScope) -> Any | None:

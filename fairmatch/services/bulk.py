@@ -13,7 +13,6 @@ counted as matched, not changed, and left as it is.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +33,7 @@ from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed
 from fairmatch.services import jobs as job_service
 from fairmatch.services import reprioritise, taskqueues
-from fairmatch.services.queueing import record_arrivals, refresh_priorities
+from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import real_priority, requeued
 
@@ -158,10 +157,7 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
         await db.set_values(held, status=JobStatus.Waiting.value)
         await db.queue(rows)
         await JobDB.of(conn).record_events(sorted(held), JobStatus.Waiting, now, "release", by=by)
-    arrivals: dict[int, Counter[float]] = {}
-    for row in rows:
-        arrivals.setdefault(row["tq_id"], Counter())[row["real_priority"]] += 1
-    await record_arrivals(conn, arrivals, new_jobs=False)
+    await record_arrivals(conn, arrivals_of((row["tq_id"], row["real_priority"]) for row in rows), new_jobs=False)
     await refresh_priorities(conn, settings, {reqs.owner_group for reqs in wanted.values() if reqs.hash in created})
     return sorted(held)
 

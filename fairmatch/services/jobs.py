@@ -6,7 +6,6 @@ Each change runs in its own transaction; what other areas must hear of it
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -26,7 +25,7 @@ from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed, s
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
 from fairmatch.services import accounting, taskqueues
-from fairmatch.services.queueing import record_arrivals, refresh_priorities
+from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import real_priority
 
@@ -206,7 +205,7 @@ async def reschedule(
             reschedules=locked.reschedules + counted,
         )
         await job_db.record_events([job_id], JobStatus.Waiting, now, source, minor_status, by=by)
-    await record_arrivals(conn, {tq_id: Counter({level: 1})}, new_jobs=False)
+    await record_arrivals(conn, arrivals_of([(tq_id, level)]), new_jobs=False)
     if created:
         await refresh_priorities(conn, settings, {reqs.owner_group})
     return job_dict(row)

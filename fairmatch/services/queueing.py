@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -17,6 +17,15 @@ from fairmatch.services import priorities, taskqueues
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.jobs")
+
+
+def arrivals_of(queued: Iterable[tuple[int, float]]) -> dict[int, Counter[float]]:
+    """Jobs entering task queues, given as (task queue, real priority) each, counted per
+    queue and level: what `record_arrivals` takes."""
+    arrivals: dict[int, Counter[float]] = {}
+    for tq_id, level in queued:
+        arrivals.setdefault(tq_id, Counter())[level] += 1
+    return arrivals
 
 
 async def record_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:

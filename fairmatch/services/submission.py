@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ from fairmatch.errors import InvalidInput
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import check_payloads, requested_cpu_time, requirements_key, requirements_of
-from fairmatch.services.queueing import record_arrivals, refresh_priorities
+from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import Requirements, real_priority
 
@@ -63,10 +62,9 @@ async def submit(
             for spec, r in zip(specs, reqs)
         ]
         job_ids = await JobDB.of(conn).insert_waiting(rows, now, by=by)
-    arrivals: dict[int, Counter[float]] = {}
-    for row in rows:
-        arrivals.setdefault(row["task_queue_id"], Counter())[row["real_priority"]] += 1
-    await record_arrivals(conn, arrivals, new_jobs=True)
+    await record_arrivals(
+        conn, arrivals_of((row["task_queue_id"], row["real_priority"]) for row in rows), new_jobs=True
+    )
     await refresh_priorities(conn, settings, {r.owner_group for r in distinct if hashes[r] in created})
     return [
         {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
