@@ -136,13 +136,14 @@ def _create_task_queues(
     lists = [(f, isinstance(task_queues.c[f].type.dialect_impl(postgresql.dialect()), ARRAY))
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
     changed = cur.execute("SELECT clock_timestamp()").fetchone()[0]
-    columns = ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
+    columns = ("id", "requirements_hash", "owner", "owner_group", "account", "vo", "cpu_time", "priority_class",
                "job_class", "min_ram_mb", "max_ram_mb", "priority", "priority_origin", "created_at",
                *(f for f, _ in lists), "levels", "changed_at")  # fmt: skip
     reqs = workload.requirements
 
     _copy_rows(cur, "task_queues", columns, (
-        (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].vo, reqs[i].cpu_time,
+        (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].account, reqs[i].vo,
+         reqs[i].cpu_time,
          reqs[i].priority_class, reqs[i].job_class, reqs[i].min_ram_mb, reqs[i].max_ram_mb, INITIAL_PRIORITY,
          None, now,
          *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists),

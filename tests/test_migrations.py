@@ -81,11 +81,13 @@ def test_sqlite_tables_rebuilt_for_autoincrement_keep_every_row_and_never_reuse_
         assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
         sequences = dict(conn.exec_driver_sql("SELECT name, seq FROM sqlite_sequence").all())
         assert sequences["task_queues"] == 9 and sequences["jobs"] == 40  # above the deleted queue 9 too
+        # 0022: a queue made before takes its owner group as its account
+        assert conn.exec_driver_sql("SELECT account FROM task_queues WHERE id = 7").scalar() == "g"
         conn.exec_driver_sql("DELETE FROM tq_jobs")
         conn.exec_driver_sql("DELETE FROM task_queues WHERE id = 7")
         conn.exec_driver_sql(
-            "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class, "
-            "priority, levels, changed_at, created_at) VALUES ('h8', 'bob', 'h', 'vo', 3600, 0, 1, '[]', "
+            "INSERT INTO task_queues (requirements_hash, owner, owner_group, account, vo, cpu_time, priority_class, "
+            "priority, levels, changed_at, created_at) VALUES ('h8', 'bob', 'h', 'h', 'vo', 3600, 0, 1, '[]', "
             "'2026-01-02', '2026-01-02')"
         )
         assert conn.exec_driver_sql("SELECT max(id) FROM task_queues").scalar() == 10

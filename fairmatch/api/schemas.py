@@ -119,6 +119,10 @@ class TaskQueue(BaseModel):
     task_queue_id: int
     owner: str
     owner_group: str
+    account: str = Field(
+        description="The account the queue's jobs are charged to (their owner group unless they name another): "
+        "its association gives the queue its fair-share factor under `multifactor`."
+    )
     vo: str
     cpu_time: int
     priority_class: int
@@ -237,6 +241,7 @@ class QueuePriority(BaseModel):
     task_queue_id: int
     owner: str
     owner_group: str
+    account: str = Field(description="The account the queue's jobs are charged to.")
     priority_class: int
     priority: float
     origin: dict[str, Any] | None = Field(description="The policy's terms or factors, weights and contributions.")

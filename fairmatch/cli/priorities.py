@@ -61,9 +61,11 @@ def origin_headers(policy: str) -> tuple[str, ...]:
 def sprio_table(document: dict) -> Table:
     policy = document["policy"]
     table = new_table(f"Priorities ({policy}, lottery {document['lottery']})",
-                      "TQ", "OWNER", "GROUP", "CLASS", "PRIORITY", *origin_headers(policy))  # fmt: skip
+                      "TQ", "OWNER", "GROUP", "ACCOUNT", "CLASS", "PRIORITY", *origin_headers(policy))  # fmt: skip
     for tq in document["task_queues"]:
-        table.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], str(tq["priority_class"]),
+        # a run recorded before queues had an account shows its owner group, which it was then
+        account = tq.get("account") or tq["owner_group"]
+        table.add_row(str(tq["task_queue_id"]), tq["owner"], tq["owner_group"], account, str(tq["priority_class"]),
                       f"{tq['priority']:.6g}", *origin_columns(policy, tq["origin"]))  # fmt: skip
     return table
 

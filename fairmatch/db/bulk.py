@@ -39,10 +39,10 @@ class BulkDB(AreaDB):
 
     async def lock(self, job_ids: Sequence[int]) -> dict[int, Any]:
         """Lock these jobs rows in id order: {id: (status, task_queue_id, user_priority,
-        priority_class, requirements)}."""
+        priority_class, account, requirements)}."""
         stmt = (
             select(jobs.c.id, jobs.c.status, jobs.c.task_queue_id, jobs.c.user_priority, jobs.c.priority_class,
-                   job_specs.c.requirements)
+                   jobs.c.account, job_specs.c.requirements)
             .join(job_specs, job_specs.c.job_id == jobs.c.id)
             .where(jobs.c.id.in_(sorted(job_ids)))
             .order_by(jobs.c.id)

@@ -240,12 +240,12 @@ class JobDB(AreaDB):
         in the priority class it has now (a change of class does not rewrite the spec)."""
         row = (
             await self.conn.execute(
-                select(job_specs.c.requirements, jobs.c.priority_class, jobs.c.user_priority)
+                select(job_specs.c.requirements, jobs.c.priority_class, jobs.c.account, jobs.c.user_priority)
                 .select_from(_WHOLE)
                 .where(jobs.c.id == job_id)
             )
         ).one()
-        return requeued(row.requirements, row.priority_class), row.user_priority
+        return requeued(row.requirements, row.priority_class, row.account), row.user_priority
 
     async def forget_match_request(self, job_id: int) -> None:
         """Void the job's match: a late replay of its request id must not return it."""

@@ -202,7 +202,7 @@ class PriorityDB(AreaDB):
             rows = await self.conn.execute(
                 select(
                     tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-                    tq.c.job_class, tq.c.min_ram_mb, tq.c.max_ram_mb, *(tq.c[f] for f in MULTI_VALUE_FIELDS),
+                    tq.c.job_class, tq.c.account, tq.c.min_ram_mb, tq.c.max_ram_mb, *(tq.c[f] for f in MULTI_VALUE_FIELDS),
                     tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
                 ).where(tq.c.id.in_(part))
             )  # fmt: skip
@@ -280,7 +280,10 @@ class PriorityDB(AreaDB):
     async def queue_priorities(self, task_queue_id: int | None, scope: JobScope) -> dict[int, Any]:
         """TQs (one, or all) within the owner scope, by id: keys, priority class, priority, origin."""
         tq = task_queues
-        stmt = select(tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, tq.c.priority_origin)
+        stmt = select(
+            tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.account, tq.c.priority_class, tq.c.priority,
+            tq.c.priority_origin,
+        )  # fmt: skip
         if task_queue_id is not None:
             stmt = stmt.where(tq.c.id == task_queue_id)
         if scope.owner is not None:

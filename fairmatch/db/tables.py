@@ -63,6 +63,9 @@ task_queues = Table(
     Column("cpu_time", BigInteger, nullable=False),
     Column("priority_class", Integer, nullable=False),
     Column("job_class", String(NAME)),
+    # the account the queue's jobs are charged to (their owner group unless they name
+    # another): its association gives the queue its fair-share factor
+    Column("account", String(NAME), nullable=False),
     # the memory range the queue's jobs need, in MB (0: none); a resource's MaxRAM
     # must reach min_ram_mb, and the pilot holds the payload to max_ram_mb
     Column("min_ram_mb", Integer, nullable=False, server_default="0"),

@@ -28,6 +28,7 @@ def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]
         cpu_time=requested_cpu_time(spec, jobs),
         priority_class=spec.priority_class,
         job_class=spec.job_class,
+        account=spec.charged_account,
         buckets=cpu_buckets,
         min_ram_mb=spec.min_ram_mb,
         max_ram_mb=spec.max_ram_mb,
@@ -39,7 +40,8 @@ def requirements_key(spec: JobSpec) -> tuple[object, ...]:
     """The JobSpec fields its Requirements are built from."""
     values = tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(spec, f) for f in MULTI_VALUE_FIELDS))
     ram = (spec.min_ram_mb, spec.max_ram_mb)
-    return (spec.owner, spec.owner_group, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class, values, ram)
+    return (spec.owner, spec.owner_group, spec.account, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class,
+            values, ram)  # fmt: skip
 
 
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:

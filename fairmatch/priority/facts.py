@@ -11,6 +11,7 @@ class TqFacts:
     tq_id: int
     owner: str
     owner_group: str
+    account: str  # charged with the jobs' usage: its association gives the fair-share factor
     vo: str
     cpu_time: int  # the CPU bucket
     priority_class: int

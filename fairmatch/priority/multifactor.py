@@ -2,8 +2,10 @@
 
 priority = sum over factors of weight * factor, every factor in [0, 1]:
 
-- fairshare: the fair-share factor of the TQ's association (owner_group as
-  the account, owner as the user), classic or Fair Tree (fairmatch.priority.fairshare).
+- fairshare: the fair-share factor of the TQ's association, (account, owner):
+  the account its jobs are charged to, which is their owner group unless they name
+  another, as Slurm looks a job's factor up by its association; classic or Fair Tree
+  (fairmatch.priority.fairshare).
 - age: how long the TQ's oldest waiting job has waited, over `max_age_seconds`,
   saturating at 1.
 - job_size: the position of the TQ's CPU bucket among the configured buckets,
@@ -88,7 +90,7 @@ def factors_of(
     """Every factor of one TQ, each in [0, 1]."""
     class_priority = None if tq.job_class is None else job_class_priority_of(tq.job_class)
     return {
-        "fairshare": clamp01(fairshare_factor_of(tq.owner_group, tq.owner)),
+        "fairshare": clamp01(fairshare_factor_of(tq.account, tq.owner)),
         "age": age_factor(tq.oldest_submitted_at, now, settings.max_age_seconds),
         "job_size": job_size_factor(tq.cpu_time, buckets, settings.favour),
         "user": user_factor(tq.avg_real_priority),
@@ -126,7 +128,7 @@ def decide(
 ) -> dict[int, tuple[float, Origin]]:
     """{tq_id: (priority, origin)} for every TQ.
 
-    `fairshare_factor_of(owner_group, owner)` gives the association's factor,
+    `fairshare_factor_of(account, owner)` gives the association's factor,
     `group_priority_of(group)` the group's priority level (-1000..1000, 0 when
     unknown), `job_class_priority_of(name)` the class's priority (None when
     unknown); `buckets` are the configured CPU-time buckets.
@@ -136,6 +138,6 @@ def decide(
         factors = factors_of(tq, now, settings, fairshare_factor_of, group_priority_of,
                              job_class_priority_of, buckets)  # fmt: skip
         priority, origin = explain(factors, settings)
-        origin.update(owner=tq.owner, owner_group=tq.owner_group)
+        origin.update(owner=tq.owner, owner_group=tq.owner_group, account=tq.account)
         decided[tq.tq_id] = (priority, origin)
     return decided

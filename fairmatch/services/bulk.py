@@ -147,7 +147,7 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
         held = {job_id: row for job_id, row in (await db.lock(job_ids)).items() if row.status == JobStatus.Held}
         if not held:
             return []  # released by another caller meanwhile
-        wanted = {job_id: requeued(row.requirements, row.priority_class) for job_id, row in held.items()}
+        wanted = {job_id: requeued(row.requirements, row.priority_class, row.account) for job_id, row in held.items()}
         found, created = await TaskQueueDB.of(conn).find_or_create(set(wanted.values()), now)
         rows = [
             {"job_id": job_id, "tq_id": found[reqs.hash], "user_priority": held[job_id].user_priority,

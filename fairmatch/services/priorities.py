@@ -111,6 +111,7 @@ def _facts(rows: list[dict]) -> list[TqFacts]:
             tq_id=r["id"],
             owner=r["owner"],
             owner_group=r["owner_group"],
+            account=r["account"],
             vo=r["vo"],
             cpu_time=r["cpu_time"],
             priority_class=r["priority_class"],
@@ -253,13 +254,14 @@ async def _decide_rank(
 
 
 async def _association_tree(inputs: PolicyInputs, facts: list[TqFacts]) -> dict:
-    """The imported association tree, or, without one, root -> groups (job_share) -> owners."""
+    """The imported association tree, or, without one, root -> the queues' accounts -> owners,
+    an account having the job share of the group of its name (the default share if none)."""
     rows = await inputs.associations()
     if rows:
         return fairshare.tree_from_associations([(r.account, r.user, r.parent, r.shares) for r in rows])
     shares = await inputs.group_shares()
-    members = {(f.owner_group, f.owner) for f in facts}
-    return fairshare.implicit_tree({g: shares.get(g, DEFAULT_JOB_SHARE) for g, _ in members}, members)
+    members = {(f.account, f.owner) for f in facts}
+    return fairshare.implicit_tree({a: shares.get(a, DEFAULT_JOB_SHARE) for a, _ in members}, members)
 
 
 async def _shares(inputs: PolicyInputs, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:
@@ -302,7 +304,7 @@ async def _decide_multifactor(
         facts,
         now,
         options,
-        lambda group, owner: fairshare.factor_of(shares, group, owner),
+        lambda account, owner: fairshare.factor_of(shares, account, owner),
         lambda group: levels.get(group, 0),
         class_priority.get,
         settings.taskqueues.cpu_buckets,
@@ -326,7 +328,7 @@ async def decide(
 
 def _task_queue_report(rows: list[dict], outcome: Outcome) -> list[dict[str, Any]]:
     return [
-        {"task_queue_id": r["id"], "owner": r["owner"], "owner_group": r["owner_group"],
+        {"task_queue_id": r["id"], "owner": r["owner"], "owner_group": r["owner_group"], "account": r["account"],
          "priority_class": r["priority_class"], "priority": outcome.priorities[r["id"]],
          "origin": outcome.origins[r["id"]]}
         for r in sorted(rows, key=lambda r: r["id"])
@@ -445,7 +447,7 @@ async def explain_priorities(
         "policy": settings.priority.policy,
         "lottery": settings.effective_matching.lottery.value,
         "task_queues": [
-            {"task_queue_id": q.id, "owner": q.owner, "owner_group": q.owner_group,
+            {"task_queue_id": q.id, "owner": q.owner, "owner_group": q.owner_group, "account": q.account,
              "priority_class": q.priority_class, "priority": q.priority, "origin": q.priority_origin}
             for q in queues.values()
         ],

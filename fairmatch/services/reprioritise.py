@@ -93,7 +93,7 @@ async def _change_priority_locked(
     check_class(job.priority_class)
     new_class = job.priority_class if change.priority_class is None else change.priority_class
     new_user_priority = job.user_priority if change.user_priority is None else change.user_priority
-    reqs = requeued(job.requirements, new_class)
+    reqs = requeued(job.requirements, new_class, job.account)
     values: dict[str, Any] = {"priority_class": new_class, "user_priority": new_user_priority}
     left_tq = None
     if queued_in is not None:

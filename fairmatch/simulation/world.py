@@ -175,8 +175,8 @@ class World:
                 continue
             r = q.requirements
             rows.append({
-                "id": q.tq_id, "owner": r.owner, "owner_group": r.owner_group, "vo": r.vo, "cpu_time": r.cpu_time,
-                "priority_class": r.priority_class, "job_class": r.job_class,
+                "id": q.tq_id, "owner": r.owner, "owner_group": r.owner_group, "account": r.account, "vo": r.vo,
+                "cpu_time": r.cpu_time, "priority_class": r.priority_class, "job_class": r.job_class,
                 **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}, "levels": counts, **load_of(counts),
                 "submitted_at": self.at(q.oldest()),
             })  # fmt: skip

@@ -75,6 +75,10 @@ class Requirements:
     cpu_time: int
     priority_class: int
     job_class: str | None = None
+    # The account the jobs are charged to, whose association gives the queue its fair-share
+    # factor; "" stands for the owner group. Left out of the canonical form when it is the
+    # owner group, so that the queues made before accounts were part of a queue keep their hash.
+    account: str = ""
     sites: tuple[str, ...] = ()
     banned_sites: tuple[str, ...] = ()
     grid_ces: tuple[str, ...] = ()
@@ -85,6 +89,10 @@ class Requirements:
     max_ram_mb: int = 0
     # the hash, once asked for: a submission names each queue by it more than once
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.account:
+            object.__setattr__(self, "account", self.owner_group)
 
     @classmethod
     def build(
@@ -97,6 +105,7 @@ class Requirements:
         priority_class: int,
         buckets: Sequence[int],
         job_class: str | None = None,
+        account: str = "",
         min_ram_mb: int = 0,
         max_ram_mb: int = 0,
         **multi_values: Iterable[str] | None,
@@ -111,6 +120,7 @@ class Requirements:
             cpu_time=bucket_cpu_time(cpu_time, buckets),
             priority_class=priority_class,
             job_class=job_class,
+            account=account,
             min_ram_mb=min_ram_mb,
             max_ram_mb=max_ram_mb,
             **{
@@ -126,13 +136,17 @@ class Requirements:
 
     def to_json(self) -> dict[str, Any]:
         """The canonical form (what the hash digests, what a job's spec stores): a RAM
-        bound of 0 is left out, and `from_json` reads its absence as 0."""
+        bound of 0 and an account that is the owner group are left out, and `from_json`
+        reads their absence as those defaults."""
         canonical: dict[str, Any] = {}
         for name in CANONICAL_FIELDS:
             value = getattr(self, name)
             if isinstance(value, tuple):
                 canonical[name] = list(value)
-            elif value or name not in RAM_FIELDS:
+            elif name in RAM_FIELDS:
+                if value:
+                    canonical[name] = value
+            elif name != "account" or value != self.owner_group:
                 canonical[name] = value
         return canonical
 
@@ -150,10 +164,11 @@ class Requirements:
         return self._digest
 
 
-def requeued(stored: Mapping[str, Any], priority_class: int) -> Requirements:
+def requeued(stored: Mapping[str, Any], priority_class: int, account: str) -> Requirements:
     """The requirements a job is queued again with: those its spec stores, in the priority
-    class it has now (a change of class does not rewrite the spec)."""
-    return dataclasses.replace(Requirements.from_json(stored), priority_class=priority_class)
+    class it has now (a change of class does not rewrite the spec), charged to its account
+    (the spec of a job queued before accounts were part of a queue does not name it)."""
+    return dataclasses.replace(Requirements.from_json(stored), priority_class=priority_class, account=account)
 
 
 # the fields of the canonical form: every requirement, not the cached digest

@@ -68,6 +68,8 @@ beta|2||ann|
 beta|1||bob|
 gamma|1|root||
 gamma|1||gus|
+theory|2|grid||
+theory|1||ann|
 """
 # (seconds, owner, group, jobs, JobSpec fields)
 SUBMISSIONS = [
@@ -78,10 +80,11 @@ SUBMISSIONS = [
     (600, "bob", "beta", 2, {"user_priority": 1, "cpu_time": 3600}),
     (600, "gus", "gamma", 4, {"user_priority": 0}),
     (900, "gus", "gamma", 1, {"user_priority": 10}),
+    (900, "ann", "beta", 3, {"user_priority": 2, "account": "theory"}),  # charged to another account
 ]
 CLAIMED_AT = 1200
 # (index into SUBMISSIONS of the job claimed, its run time in seconds)
-CLAIMS = [(0, 1000), (3, 1500), (3, 4000), (6, 900), (2, 2000)]
+CLAIMS = [(0, 1000), (3, 1500), (3, 4000), (6, 900), (2, 2000), (7, 2500)]
 SAMPLES = (1500, 2400, 3000, 3300)
 DECIDED_AT = 3600
 
@@ -123,8 +126,8 @@ def spec(index: int) -> dict[str, Any]:
     return {"owner": owner, "owner_group": group, **fields}
 
 
-def key(owner: str, group: str, cpu_time: int, sites) -> tuple:
-    return owner, group, cpu_time, tuple(sites)
+def key(owner: str, group: str, account: str, cpu_time: int, sites) -> tuple:
+    return owner, group, account, cpu_time, tuple(sites)
 
 
 async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple, float], priorities.Outcome]:
@@ -161,7 +164,7 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
         outcome = await priorities.decide(inputs, world.settings, world.corrections, rows, clock.now)
     queues = {tq["task_queue_id"]: tq for tq in await world.task_queues()}
     by_key = {
-        key(q["owner"], q["owner_group"], q["cpu_time"], q["sites"]): outcome.priorities[tq_id]
+        key(q["owner"], q["owner_group"], q["account"], q["cpu_time"], q["sites"]): outcome.priorities[tq_id]
         for tq_id, q in queues.items()
     }
     return by_key, outcome
@@ -188,7 +191,7 @@ async def played_in_the_simulation(config: dict[str, Any], tree: bool) -> tuple[
     for q in world.queues.values():
         r = q.requirements
         if q.tq_id in outcome.priorities:
-            by_key[key(r.owner, r.owner_group, r.cpu_time, r.sites)] = outcome.priorities[q.tq_id]
+            by_key[key(r.owner, r.owner_group, r.account, r.cpu_time, r.sites)] = outcome.priorities[q.tq_id]
     return by_key, outcome
 
 
@@ -209,3 +212,10 @@ async def test_the_simulator_and_the_service_give_the_same_priorities(service, p
         assert in_simulation.report["associations"] == served.report["associations"]
         accounts = {(row["account"], row["user"]) for row in served.report["associations"]}
         assert (("grid", "") in accounts) is tree  # the imported tree was used, not the implicit one
+        # ann's queue charged to `theory` takes that association's factor, not beta's
+        factors = {(row["account"], row["user"]): row["fairshare"] for row in served.report["associations"]}
+        origins = [o for o in served.origins.values() if o["owner"] == "ann"]
+        assert {o["account"] for o in origins} == {"beta", "theory"}
+        for origin in origins:
+            assert origin["factors"]["fairshare"]["value"] == factors[(origin["account"], "ann")]
+        assert factors[("theory", "ann")] != factors[("beta", "ann")]

@@ -135,6 +135,40 @@ def test_multifactor_older_jobs_overtake_newer_ones_as_they_age(quiet_server, cl
         assert api.post("/match", json=PILOT).json()["job_id"] in old
 
 
+def test_multifactor_takes_the_fair_share_of_the_account_a_job_is_charged_to(quiet_server):
+    """Slurm's rule, with an imported tree: alice's jobs of one group charged 500,000 s to
+    `physics`; her queue charged to `physics` gets that association's factor, her queue of the
+    same group charged to `theory` the untouched one's, and the matcher follows."""
+    tree = "root|1|||\nphysics|1|root||\nphysics|1||alice|\ntheory|1|root||\ntheory|1||alice|\n"
+    server = quiet_server(PRIORITY__POLICY="multifactor", **COMPRESSED)
+    with server.client() as api:
+        assert api.put("/associations", content=tree.encode(), headers={"content-type": "text/plain"}).is_success
+        (used,) = submit(api, "lhcb_user", owner="alice", account="physics")
+        assert api.post("/match", json={**PILOT, "JobID": used}).json()["job_id"] == used
+        api.post(f"/jobs/{used}/status", json={"status": "Running"})
+        done = {"status": "Done", "cpu_seconds": 500_000.0, "wall_seconds": 500_000.0}
+        assert api.post(f"/jobs/{used}/status", json=done).status_code == 200
+        physics = submit(api, "lhcb_user", 2, owner="alice", account="physics")
+        theory = submit(api, "lhcb_user", 2, owner="alice", account="theory")
+        assert api.post("/priorities/recompute").status_code == 200
+
+        queues = {tq["account"]: tq for tq in api.get("/taskqueues").json()["task_queues"]}
+        assert set(queues) == {"physics", "theory"}
+        assert {tq["owner_group"] for tq in queues.values()} == {"lhcb_user"}
+        associations = api.get("/associations/usage").json()["associations"]
+        expected = {row["account"]: row["fairshare"] for row in associations if row["user"] == "alice"}
+        assert expected["physics"] < expected["theory"]
+        for account, tq in queues.items():
+            assert tq["priority_origin"]["account"] == account
+            assert tq["priority_origin"]["factors"]["fairshare"]["value"] == pytest.approx(expected[account])
+        assert queues["theory"]["priority"] > queues["physics"]["priority"]
+        explained = {tq["account"] for tq in api.get("/priorities").json()["task_queues"]}
+        assert explained == {"physics", "theory"}
+        first = [api.post("/match", json=PILOT).json()["job_id"] for _ in range(2)]
+        assert sorted(first) == sorted(theory)
+        assert api.post("/match", json=PILOT).json()["job_id"] in physics
+
+
 def _backdate(conn, job_ids: list[int], days: float) -> None:
     conn.execute(sa.update(jobs).where(jobs.c.id.in_(job_ids)).values(submitted_at=utcnow() - timedelta(days=days)))
 

@@ -391,7 +391,8 @@ def _seed(db, jobs: int) -> None:
     with engine.begin() as conn:
         columns = {c["name"] for c in sa.inspect(conn).get_columns("task_queues")}
         # the schema may keep per-level counts and a change time on the TQ row
-        extra = {c: v for c, v in (("levels", f"'[[1.0, {jobs}]]'"), ("changed_at", "now()")) if c in columns}
+        extra = {c: v for c, v in (("levels", f"'[[1.0, {jobs}]]'"), ("changed_at", "now()"), ("account", "'g'"))
+                 if c in columns}  # fmt: skip
         names, values = "".join(f", {c}" for c in extra), "".join(f", {v}" for v in extra.values())
         tq = conn.execute(sa.text(
             "INSERT INTO task_queues (requirements_hash, owner, owner_group, vo, cpu_time, priority_class,"

@@ -89,7 +89,7 @@ def test_origin_explains_the_number():
 
 def definition(owner="alice", group="g", **fields):
     """A task_queues row's definition: no restriction but what `fields` set."""
-    row = {"owner": owner, "owner_group": group, "vo": "lhcb", "cpu_time": 86400, "priority_class": 0,
+    row = {"owner": owner, "owner_group": group, "account": group, "vo": "lhcb", "cpu_time": 86400, "priority_class": 0,
            "job_class": None, "sites": [], "banned_sites": [], "grid_ces": [], "platforms": [], "job_types": [],
            "tags": [], "min_ram_mb": 0, "max_ram_mb": 0}  # fmt: skip
     return {**row, **fields}
@@ -114,6 +114,7 @@ def test_sites_banned_sites_and_ram_make_variants_of_one_workflow():
         definition(job_types=["MCSimulation"], vo="atlas"),
         definition("bob", job_types=["MCSimulation"]),
         definition(group="h", job_types=["MCSimulation"]),
+        definition(job_types=["MCSimulation"], account="physics"),
     ]
     assert all(workflow_of(o) != base for o in others)
 

@@ -17,7 +17,7 @@ DAY = timedelta(days=1)
 
 def facts(tq_id: int = 1, **overrides) -> TqFacts:
     values = {
-        "tq_id": tq_id, "owner": "pat", "owner_group": "lhcb", "vo": "lhcb", "cpu_time": 5000,
+        "tq_id": tq_id, "owner": "pat", "owner_group": "lhcb", "account": "lhcb", "vo": "lhcb", "cpu_time": 5000,
         "priority_class": 0, "job_class": "short", "jobs": 3, "avg_real_priority": 1.0,
         "sum_real_priority": 3.0, "oldest_submitted_at": NOW - 3.5 * DAY,
     }  # fmt: skip
@@ -125,3 +125,21 @@ def test_age_lets_a_starving_tq_overtake_a_busy_one_of_the_same_owner():
     assert starving > busy
     busy, starving = priorities(t0 + 0.7 * DAY + timedelta(minutes=1))  # the crossing, give or take the minute
     assert starving == pytest.approx(busy, abs=0.5)
+
+
+def test_the_fairshare_factor_is_the_queues_association_not_its_group():
+    """Slurm's rule: the job's association, (account, user), gives the factor; a queue
+    charged to another account than its owner group is looked up by that account."""
+    factors = {("lhcb", "pat"): 0.9, ("physics", "pat"): 0.2}
+    decided = mf.decide(
+        [facts(1), facts(2, account="physics")],
+        NOW,
+        MultifactorSettings(),
+        fairshare_factor_of=lambda account, owner: factors[(account, owner)],
+        group_priority_of=lambda group: 0,
+        job_class_priority_of=lambda name: None,
+        buckets=BUCKETS_2009,
+    )
+    assert decided[1][1]["factors"]["fairshare"]["value"] == 0.9
+    assert decided[2][1]["factors"]["fairshare"]["value"] == 0.2
+    assert decided[2][1]["account"] == "physics" and decided[2][1]["owner_group"] == "lhcb"

@@ -19,7 +19,7 @@ SUBMITTED = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def tq(tq_id, owner, group, vo="v"):
-    return TqFacts(tq_id, owner, group, vo, cpu_time=3600, priority_class=0, job_class=None, jobs=1,
+    return TqFacts(tq_id, owner, group, group, vo, cpu_time=3600, priority_class=0, job_class=None, jobs=1,
                    avg_real_priority=1.0, sum_real_priority=1.0, oldest_submitted_at=SUBMITTED)  # fmt: skip
 
 

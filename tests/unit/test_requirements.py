@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fairmatch.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority
+from fairmatch.taskqueues.requirements import Requirements, bucket_cpu_time, real_priority, requeued
 from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 BUCKETS_2009 = [500, 5000, 50000, 300000]
@@ -55,7 +55,7 @@ def test_cpu_time_in_the_same_bucket_hashes_alike():
     [{"owner": "bob"}, {"owner_group": "h"}, {"vo": "other"}, {"priority_class": 1},
      {"sites": ["A"]}, {"banned_sites": ["A"]}, {"grid_ces": ["ce"]}, {"platforms": ["p"]},
      {"job_types": ["User"]}, {"tags": ["t"]}, {"min_ram_mb": 2000}, {"max_ram_mb": 4000},
-     {"min_ram_mb": 2000, "max_ram_mb": 4000}],
+     {"min_ram_mb": 2000, "max_ram_mb": 4000}, {"account": "physics"}],
 )  # fmt: skip
 def test_any_difference_gives_another_hash(change):
     assert build(**change).hash != build().hash
@@ -100,6 +100,7 @@ def test_without_ram_the_canonical_form_and_hash_are_what_they_were():
     }  # fmt: skip
     assert build().hash == PLAIN_HASH
     assert build(min_ram_mb=0, max_ram_mb=0).hash == PLAIN_HASH
+    assert build(account="g").hash == PLAIN_HASH == build(account="").hash
 
 
 def test_ram_is_part_of_the_queue_and_round_trips():
@@ -122,3 +123,23 @@ def test_the_hash_digests_the_canonical_form_alone_and_is_kept():
     assert req.hash == digest == req.hash
     assert Requirements.from_json(canonical) == req and Requirements.from_json(canonical).hash == digest
     assert "min_ram_mb" not in build().to_json()  # a queue without a RAM range keeps its older hash
+
+
+def test_the_account_is_part_of_the_queue_and_defaults_to_the_owner_group():
+    """Jobs charged to their owner group share a queue whether they name it or not; those
+    charged to another account have a queue of their own, and its spec names the account."""
+    assert build().account == "g" == build(account="g").account
+    assert build(account="g") == build()
+    charged = build(account="physics")
+    assert charged.account == "physics" and charged.to_json()["account"] == "physics"
+    assert "account" not in build(account="g").to_json()
+    assert Requirements.from_json(charged.to_json()) == charged
+    assert Requirements.from_json(build().to_json()).account == "g"
+
+
+def test_a_job_queued_again_takes_the_account_it_is_charged_to():
+    """A spec stored before accounts were part of a queue does not name it: queued again, the
+    job goes to the queue of the account it is charged to."""
+    stored = build().to_json()
+    assert requeued(stored, 1, "physics") == build(account="physics", priority_class=1)
+    assert requeued(stored, 0, "g").hash == PLAIN_HASH
