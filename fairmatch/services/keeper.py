@@ -2,8 +2,9 @@
 
 - Every `matching.refresh_seconds` it reads the TQ rows whose `changed_at`
   is later than its last read, less `matching.refresh_margin_seconds` (a
-  transaction that wrote a row before the last read may commit after it),
-  plus the JOB_SHARING groups, the sites with limits and the site mask.
+  transaction that wrote a row before the last read may commit after it), or
+  than the latest change it holds if that is earlier; plus the JOB_SHARING
+  groups, the sites with limits and the site mask.
 - Every `matching.reload_seconds` it reads the ids of all TQs, and TQs that
   other processes deleted leave the copy (when they have come to outnumber
   the TQs left, the copy is built anew from the whole table).
@@ -27,6 +28,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from fairmatch.clock import as_utc
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.priorities import PriorityDB
@@ -84,6 +86,10 @@ class Keeper:
             since = None
             if not rebuild and self._read_until is not None:
                 since = self._read_until - timedelta(seconds=self.settings.refresh_margin_seconds)
+                # a writer that stalled past the margin committed a change older than that: `behind`
+                # finds it (later than the latest change held), so the read goes back that far too
+                held = self.catalog.latest_change
+                since = None if held is None else min(since, as_utc(held))
             async with read_transaction(conn):
                 task_queues = TaskQueueDB.of(conn)
                 now, rows = await task_queues.changed_since(since, whole=since is None)

@@ -3,15 +3,21 @@ after a rollback; this process's keeper catches up on it at once."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from sqlalchemy import update
 
 from fairmatch.db.change_signal import changing
 from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.tables import task_queues
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.limits.rules import Attribute, Limit
 from fairmatch.priority.groups import JOB_SHARING, GroupUpdate, stored_values
 from fairmatch.services import groups, limits
 from fairmatch.services.keeper import Keeper
 from fairmatch.taskqueues import changes
+from tests.db.world import World
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +80,29 @@ async def test_the_keeper_sees_this_process_s_changes_before_its_next_match(engi
         await limits.replace_limits(conn, [Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod",
                                                  running_limit=1)])  # fmt: skip
         assert "LCG.A.xx" in (await keeper.current(conn)).limited_sites
+
+
+async def test_a_queue_committed_past_the_poll_margin_is_read_once_the_keeper_finds_it_behind(engine, settings):
+    """A writer that stamped its queue's change, then stalled past the next poll's look-back
+    before committing: `behind` finds a change later than the latest the copy holds, and the
+    refresh that follows reads back to it, so that the queue's jobs are matchable at once."""
+    async with engine.connect() as conn:
+        world = World(conn, settings, seed=1)
+        keeper = Keeper(settings.matching.model_copy(update={"refresh_seconds": 3600, "refresh_margin_seconds": 1}))
+        await world.submit([{"owner": "alice", "owner_group": "g"}])
+        now = await TaskQueueDB.of(conn).database_now()
+        await _stamp(conn, "alice", now - timedelta(seconds=20))
+        await keeper.refresh(conn)
+        assert {e.owner for e in keeper.catalog.entries.values()} == {"alice"}
+
+        await world.submit([{"owner": "bob", "owner_group": "g"}])
+        await _stamp(conn, "bob", now - timedelta(seconds=10))  # before the last read, less its margin
+        assert await keeper.behind(conn)
+        await keeper.refresh(conn)
+        assert {e.owner for e in keeper.catalog.entries.values()} == {"alice", "bob"}
+        assert not await keeper.behind(conn)
+
+
+async def _stamp(conn, owner: str, at) -> None:
+    await conn.execute(update(task_queues).where(task_queues.c.owner == owner).values(changed_at=at))
+    await conn.commit()
