@@ -1,5 +1,6 @@
 """Migrations and models agree, on every backend, both ways."""
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -9,6 +10,7 @@ from alembic.runtime.migration import MigrationContext
 
 from fairmatch.db import migrate
 from fairmatch.db.tables import metadata, task_queues
+from fairmatch.taskqueues.requirements import Requirements
 from tests.conftest import BACKENDS, new_database
 
 
@@ -187,3 +189,44 @@ def test_job_specs_move_apart_and_come_back(fresh_database):
         assert "job_specs" not in sa.inspect(conn).get_table_names()
     assert restored == specs
     engine.dispose()
+
+
+def test_waiting_jobs_charged_to_another_account_move_to_a_queue_of_that_account(fresh_database):
+    """0022: a queue's account is its owner group; its waiting jobs charged to another account
+    move to a queue of theirs (the hash a submission would give it), and both queues' levels
+    are counted again."""
+    migrate.upgrade(fresh_database.url, "0021")
+    engine = fresh_database.engine()
+    tq = sa.Table("task_queues", sa.MetaData(), *(sa.Column(c.name, c.type) for c in task_queues.columns
+                                                  if c.name != "account"))  # fmt: skip
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    before = Requirements.build(owner="alice", owner_group="g", vo="vo", cpu_time=3600, priority_class=0,
+                                buckets=[3600], sites=["S1"])  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(tq.insert().values(
+            id=5, requirements_hash=before.hash, owner="alice", owner_group="g", vo="vo", cpu_time=3600,
+            priority_class=0, priority=7.0, levels=[[1.0, 2], [3.0, 2]], created_at=now, changed_at=now,
+            sites=["S1"], banned_sites=[], grid_ces=[], platforms=[], job_types=[], tags=[],
+        ))  # fmt: skip
+        for job_id, account, user_priority in ((1, "g", 1), (2, "physics", 1), (3, "physics", 3), (4, "g", 3)):
+            conn.execute(sa.text(
+                "INSERT INTO jobs (id, status, owner, owner_group, vo, account, cpu_time, user_priority, "
+                "priority_class, task_queue_id, submitted_at) VALUES "
+                "(:id, 'Waiting', 'alice', 'g', 'vo', :account, 3600, :up, 0, 5, '2026-01-01')"
+            ), {"id": job_id, "account": account, "up": user_priority})  # fmt: skip
+            conn.execute(sa.text(
+                "INSERT INTO tq_jobs (job_id, tq_id, user_priority, real_priority) VALUES (:id, 5, :up, :up)"
+            ), {"id": job_id, "up": user_priority})  # fmt: skip
+    migrate.upgrade(fresh_database.url, "head")
+    with engine.connect() as conn:
+        queues = {r.account: r for r in conn.execute(sa.select(task_queues))}
+        placed = dict(conn.execute(sa.text("SELECT job_id, tq_id FROM tq_jobs")).all())
+        pointed = dict(conn.execute(sa.text("SELECT id, task_queue_id FROM jobs")).all())
+    engine.dispose()
+    assert set(queues) == {"g", "physics"}
+    moved = queues["physics"]
+    assert queues["g"].id == 5 and queues["g"].requirements_hash == before.hash
+    assert moved.requirements_hash == dataclasses.replace(before, account="physics").hash
+    assert (moved.sites, moved.priority, moved.owner_group) == (["S1"], 7.0, "g")
+    assert placed == pointed == {1: 5, 2: moved.id, 3: moved.id, 4: 5}
+    assert queues["g"].levels == [[1.0, 1], [3.0, 1]] and moved.levels == [[1.0, 1], [3.0, 1]]

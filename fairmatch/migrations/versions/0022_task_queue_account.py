@@ -3,9 +3,10 @@
 A job's account is part of its task queue's definition, and the queue's fair-share
 factor is that account's association's (with an imported tree, as Slurm does), not
 its owner group's. Queues made before keep their hash and take their owner group as
-their account: what their jobs were looked up by until now. A waiting job charged to
-another account moves to its own queue when it is next queued (released, rescheduled,
-its priority changed).
+their account. The waiting jobs charged to another account move to a queue of their
+account (the same requirements otherwise, its priority until the next priority run
+that of the queue they left), keeping their ids and their user priorities; both
+queues' per-level counts are counted again.
 
 Revision ID: 0022
 Revises: 0021
@@ -14,8 +15,13 @@ Create Date: 2026-11-26
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import UTC, datetime
+
 import sqlalchemy as sa
 from alembic import op
+
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, stored_levels
 
 revision = "0022"
 down_revision = "0021"
@@ -49,6 +55,56 @@ def upgrade() -> None:
     with rebuild as batch:
         batch.alter_column("account", existing_type=sa.String(255), nullable=False)
     _restore_counter(sqlite, seq)
+    _move_jobs_charged_elsewhere()
+
+
+# the columns a queue of another account copies from the queue its jobs leave
+_COPIED = ("owner", "owner_group", "vo", "cpu_time", "priority_class", "job_class", "min_ram_mb", "max_ram_mb",
+           "priority", "shareless", *MULTI_VALUE_FIELDS)  # fmt: skip
+
+
+def _move_jobs_charged_elsewhere() -> None:
+    bind = op.get_bind()
+    meta = sa.MetaData()
+    tqs = sa.Table("task_queues", meta, autoload_with=bind)
+    jobs = sa.Table("jobs", meta, autoload_with=bind)
+    queued = sa.Table("tq_jobs", meta, autoload_with=bind)
+    moving = bind.execute(
+        sa.select(queued.c.job_id, queued.c.tq_id, jobs.c.account)
+        .join(jobs, jobs.c.id == queued.c.job_id)
+        .join(tqs, tqs.c.id == queued.c.tq_id)
+        .where(jobs.c.account != tqs.c.owner_group)
+    ).all()
+    by_queue: dict[tuple[int, str], list[int]] = {}
+    for job_id, tq_id, account in moving:
+        by_queue.setdefault((tq_id, account), []).append(job_id)
+    now = datetime.now(UTC)
+    for (tq_id, account), job_ids in sorted(by_queue.items()):
+        left = bind.execute(sa.select(tqs).where(tqs.c.id == tq_id)).one()._mapping
+        wanted = Requirements(
+            account=account,
+            **{name: tuple(left[name] or ()) if name in MULTI_VALUE_FIELDS else left[name] for name in _COPIED
+               if name not in ("priority", "shareless")},
+        )  # fmt: skip
+        new_id = bind.execute(sa.select(tqs.c.id).where(tqs.c.requirements_hash == wanted.hash)).scalar()
+        if new_id is None:
+            values = {name: left[name] for name in _COPIED}
+            new_id = bind.execute(
+                tqs.insert()
+                .values(**values, account=account, requirements_hash=wanted.hash, levels=[], created_at=now,
+                        changed_at=now)
+                .returning(tqs.c.id)
+            ).scalar_one()  # fmt: skip
+        for part in range(0, len(job_ids), 500):
+            ids = job_ids[part : part + 500]
+            bind.execute(sa.update(queued).where(queued.c.job_id.in_(ids)).values(tq_id=new_id))
+            bind.execute(sa.update(jobs).where(jobs.c.id.in_(ids)).values(task_queue_id=new_id))
+        for counted in (tq_id, new_id):
+            levels = Counter(dict(bind.execute(
+                sa.select(queued.c.real_priority, sa.func.count()).where(queued.c.tq_id == counted)
+                .group_by(queued.c.real_priority)
+            ).all()))  # fmt: skip
+            bind.execute(sa.update(tqs).where(tqs.c.id == counted).values(levels=stored_levels(levels), changed_at=now))
 
 
 def downgrade() -> None:
