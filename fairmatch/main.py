@@ -34,6 +34,7 @@ from fairmatch.api import status as status_api
 from fairmatch.api.deps import MatchingContext
 from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import TokenVerifier
+from fairmatch.console import router as console
 from fairmatch.db.engine import RequestConnections, create_engine
 from fairmatch.services import background
 from fairmatch.services.gauges import DatabaseGauges
@@ -135,4 +136,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # microseconds each): the pilots' calls are routed first
     for router, prefix in sorted(ROUTERS, key=lambda entry: entry[0] not in ROUTED_FIRST):
         app.include_router(router, prefix=prefix)
+    if settings.console.enabled:
+        console.install(app)
     return app

@@ -26,6 +26,7 @@ from pydantic_settings import (
 
 from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.auth.settings import AuthSettings
+from fairmatch.console.settings import ConsoleSettings
 from fairmatch.jobs.settings import JobSettings
 from fairmatch.limits.settings import SiteLimitSettings
 from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatching
@@ -192,6 +193,7 @@ class Settings(BaseSettings):
     priority: PrioritySettings = Field(default_factory=PrioritySettings)
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     groups: dict[str, GroupSettings] = Field(
         default_factory=dict, description="Groups created at start-up when not yet in the database."
     )

@@ -74,17 +74,23 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-def _authenticate(request: Request) -> Principal:
+def authenticate(request: Request, token: str | None) -> Principal:
+    """The caller of `request` who presents `token` (the API's bearer token, the console's
+    cookie): with authentication off, the anonymous admin, served on loopback only."""
     settings: Settings = request.app.state.settings
     if settings.auth.mode is AuthMode.none:
         client = request.client.host if request.client else None
         if not settings.auth.allow_remote_without_auth and not _is_loopback(client):
             raise Forbidden("authentication is off: only loopback callers are served")
         return ANONYMOUS_ADMIN
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if not token:
         raise Unauthorized("a bearer token is required (Authorization: Bearer <token>)")
-    return request.app.state.verifier.verify(token.strip())
+    return request.app.state.verifier.verify(token)
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
@@ -94,7 +100,7 @@ def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
     names = ", ".join(r.value for r in roles)
 
     async def caller(request: Request) -> Principal:
-        principal = _authenticate(request)
+        principal = authenticate(request, _bearer(request))
         if principal.role not in admitted:
             raise Forbidden(f"role {principal.role.value} may not do this (allowed: {names})")
         return principal
@@ -104,8 +110,12 @@ def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
 
 
 # Served without a caller: the probes and the scrape endpoint (their callers carry no
-# token) and the API's own description. Every other route declares its roles.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+# token), the API's own description, and the console's sign-in page and static files.
+# Every other route declares its roles.
+OPEN_PATHS = frozenset({
+    "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+    "/ui/sign-in", "/ui/static/{name}",
+})  # fmt: skip
 
 Connection = Annotated[AsyncConnection, Depends(_connection)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]

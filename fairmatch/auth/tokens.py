@@ -79,17 +79,20 @@ class TokenVerifier:
         self.clock = time.time
 
     def verify(self, token: str) -> Principal:
+        return self.verified(token)[0]
+
+    def verified(self, token: str) -> tuple[Principal, float]:
+        """The token's caller and when the token expires (epoch seconds)."""
         known = self._verified.get(token)
         if known is not None:
-            principal, expires = known
-            if self.clock() < expires:
-                return principal
+            if self.clock() < known[1]:
+                return known
             del self._verified[token]
-        principal, expires = self._check(token)
+        known = self._check(token)
         if len(self._verified) >= self.remembered:
             del self._verified[next(iter(self._verified))]
-        self._verified[token] = principal, expires
-        return principal
+        self._verified[token] = known
+        return known
 
     def _check(self, token: str) -> tuple[Principal, float]:
         """The token's caller and when it expires; Unauthorized unless the token is valid now."""

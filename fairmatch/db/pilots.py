@@ -124,6 +124,20 @@ class PilotDB(AreaDB):
         stmt = stmt.order_by(pilots.c.first_seen.desc(), pilots.c.reference.desc()).limit(limit)
         return list((await self.conn.execute(stmt)).all())
 
+    async def per_site(self, since: datetime) -> list[Any]:
+        """Per site, the pilots last seen since `since`, their empty matches and the jobs they
+        took (site, pilots, empty_matches, jobs), most empty matches first."""
+        took = select(func.count()).where(jobs.c.pilot_reference == pilots.c.reference).scalar_subquery()
+        stmt = (
+            select(pilots.c.site, func.count().label("pilots"),
+                   func.coalesce(func.sum(pilots.c.empty_matches), 0).label("empty_matches"),
+                   func.coalesce(func.sum(took), 0).label("jobs"))
+            .where(pilots.c.last_seen >= since)
+            .group_by(pilots.c.site)
+            .order_by(func.sum(pilots.c.empty_matches).desc(), pilots.c.site)
+        )  # fmt: skip
+        return list((await self.conn.execute(stmt)).all())
+
     async def get(self, reference: str, requester: str | None) -> Any | None:
         """One pilot; None when it is not on record or not the requester's (None: any requester's)."""
         stmt = select(pilots).where(pilots.c.reference == reference)

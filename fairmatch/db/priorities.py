@@ -167,6 +167,19 @@ class PriorityDB(AreaDB):
         )
         return {name: float(total) / samples for name, total in totals}
 
+    async def running_history(self, since: datetime) -> list[tuple[datetime, str, int]]:
+        """Each sample since `since`, oldest first, with its running jobs per group; a sample
+        with nothing running appears once with the group ''."""
+        stmt = (
+            select(history_samples.c.sampled_at, func.coalesce(running_samples.c.owner_group, ""),
+                   func.coalesce(running_samples.c.running, 0))
+            .outerjoin(running_samples, (running_samples.c.sample_id == history_samples.c.id)
+                       & (running_samples.c.owner == GROUP_LEVEL))
+            .where(history_samples.c.sampled_at >= since)
+            .order_by(history_samples.c.sampled_at)
+        )  # fmt: skip
+        return [(as_utc(at), group, int(n)) for at, group, n in (await self.conn.execute(stmt)).all()]
+
     # --- task-queue priorities ---------------------------------------------------------------
 
     async def waiting_loads(self, only_groups: Collection[str] | None = None) -> list[dict[str, Any]]:

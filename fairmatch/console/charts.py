@@ -1,0 +1,102 @@
+"""The overview's chart of achieved shares: pure arithmetic from samples to SVG coordinates.
+
+A group's achieved share at a sampling instant is its running jobs over all jobs
+running then; its target is its configured share over the shares of the groups
+drawn. Samples are averaged into `BUCKETS` equal spans, so that a week of one-minute
+samples draws as fast as an hour's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+BUCKETS = 60
+WIDTH, HEIGHT = 900, 260
+LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 28
+# colour-blind-safe (Okabe and Ito), one per group in name order, then again
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+MAX_GROUPS = len(PALETTE)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    group: str
+    colour: str
+    points: str  # the polyline of achieved shares, "x,y x,y ..."
+    target_y: float | None  # where the target's dashed line is drawn; None without a share
+    achieved: float  # over the whole span, 0..1
+    target: float | None  # 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class ShareChart:
+    since: datetime
+    until: datetime
+    samples: int
+    series: list[Series]
+    others: int  # groups running jobs but not drawn (beyond MAX_GROUPS, by running jobs)
+    width: int = WIDTH
+    height: int = HEIGHT
+    left: int = LEFT
+    right: int = WIDTH - RIGHT
+    top: int = TOP
+    bottom: int = HEIGHT - BOTTOM
+
+    @property
+    def gridlines(self) -> list[tuple[float, str]]:
+        """(y, label) at 0, 25, 50, 75 and 100 %."""
+        return [(_y(fraction), f"{fraction:.0%}") for fraction in (0, 0.25, 0.5, 0.75, 1)]
+
+    @property
+    def hours(self) -> float:
+        return (self.until - self.since).total_seconds() / 3600
+
+
+def _x(at: datetime, since: datetime, until: datetime) -> float:
+    span = (until - since).total_seconds() or 1.0
+    return LEFT + (WIDTH - LEFT - RIGHT) * (at - since).total_seconds() / span
+
+
+def _y(fraction: float) -> float:
+    return TOP + (HEIGHT - TOP - BOTTOM) * (1 - fraction)
+
+
+def share_chart(
+    samples: list[tuple[datetime, str, int]], shares: dict[str, float], since: datetime, until: datetime
+) -> ShareChart:
+    """The chart of `samples` (instant, group, running; '' for an instant with nothing running)."""
+    running: dict[datetime, dict[str, int]] = defaultdict(dict)
+    for at, group, count in samples:
+        per_group = running[at]
+        if group:
+            per_group[group] = count
+    totals = {group: 0 for per_group in running.values() for group in per_group}
+    for per_group in running.values():
+        for group, count in per_group.items():
+            totals[group] += count
+    drawn = sorted(sorted(totals, key=lambda g: -totals[g])[:MAX_GROUPS])
+    shared = sum(shares.get(group, 0.0) for group in drawn)
+    span = (until - since) / BUCKETS
+    buckets: dict[int, list[dict[str, int]]] = defaultdict(list)
+    for at, per_group in running.items():
+        buckets[min(BUCKETS - 1, max(0, int((at - since) / span)))].append(per_group)
+    grand_total = sum(totals.values())
+    series = []
+    for index, group in enumerate(drawn):
+        points = []
+        for bucket in sorted(buckets):
+            instants = [sum(per_group.values()) for per_group in buckets[bucket]]
+            if not sum(instants):
+                continue
+            fraction = sum(per_group.get(group, 0) for per_group in buckets[bucket]) / sum(instants)
+            middle = since + span * (bucket + 0.5)
+            points.append(f"{_x(middle, since, until):.1f},{_y(fraction):.1f}")
+        target = shares.get(group, 0.0) / shared if shared > 0 else None
+        series.append(Series(
+            group=group, colour=PALETTE[index % len(PALETTE)], points=" ".join(points),
+            target_y=_y(target) if target is not None else None,
+            achieved=totals[group] / grand_total if grand_total else 0.0, target=target,
+        ))  # fmt: skip
+    return ShareChart(since=since, until=until, samples=len(running), series=series, others=len(totals) - len(drawn))

@@ -1,0 +1,106 @@
+"""Templates to pages: Jinja2 with every value escaped, and the headers each page carries."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from fairmatch.auth.tokens import Principal, Role
+from fairmatch.console import auth
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# Scripts and styles from the console's own files only: no inline script, no inline
+# handler, no inline style attribute, no other origin; and no framing of the console.
+CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self'",
+    "connect-src 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+])  # fmt: skip
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+# What the navigation bar lists, and who sees each entry.
+NAVIGATION = [
+    ("overview", "Overview", "/ui/", frozenset({Role.admin, Role.operator})),
+    ("taskqueues", "Task queues", "/ui/taskqueues", frozenset({Role.admin, Role.operator, Role.user})),
+    ("why-not", "Why not", "/ui/why-not", frozenset({Role.admin, Role.operator})),
+    ("shares", "Shares", "/ui/shares", frozenset({Role.admin, Role.operator})),
+    ("sites", "Sites & pilots", "/ui/sites", frozenset({Role.admin, Role.operator})),
+    ("jobs", "Jobs", "/ui/jobs", frozenset({Role.admin, Role.operator, Role.user})),
+]
+
+
+def _age(value: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, in the largest unit that fits: 45 s, 12 min, 3.5 h, 2.1 d."""
+    if value is None:
+        return "—"
+    seconds = max(0.0, ((now or datetime.now(UTC)) - value).total_seconds())
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} d"
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "—"
+
+
+def _number(value: float | int | None, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+environment = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+environment.filters.update(age=_age, when=_when, number=_number, to_json=_to_json)
+environment.globals.update(urlencode=urlencode)
+
+
+def page(
+    request: Request, template: str, caller: Principal | None, *, section: str = "", status: int = 200, **context: Any
+) -> HTMLResponse:
+    """The page `template` renders for `caller`; `section` names its entry in the navigation."""
+    settings = request.app.state.settings
+    html = environment.get_template(template).render(
+        request=request,
+        caller=caller,
+        section=section,
+        navigation=[entry for entry in NAVIGATION if caller is not None and caller.role in entry[3]],
+        csrf=auth.csrf_token(request),
+        csrf_field=auth.CSRF_FIELD,
+        refresh_seconds=settings.console.refresh_seconds,
+        signed_in_with_token=auth.session_token(request) is not None,
+        **context,
+    )
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)

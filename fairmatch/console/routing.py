@@ -1,0 +1,55 @@
+"""How the console's routes answer errors: as pages, not problem details.
+
+A missing or expired session goes to the sign-in page; any other refusal is
+shown with its reason and status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse
+from fastapi.routing import APIRoute
+
+from fairmatch.console import auth, render
+from fairmatch.errors import FairmatchError
+
+log = logging.getLogger("fairmatch.console")
+
+PREFIX = "/ui"
+
+
+class ConsoleRoute(APIRoute):
+    """A route whose errors are answered as console pages, not problem details."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def handled(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except auth.SignInRequired as exc:
+                if request.headers.get("x-console-refresh"):
+                    return render.page(request, "error.html", None, status=401, title=exc.title, detail=exc.detail)
+                where = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+                return RedirectResponse(f"{PREFIX}/sign-in?next={where}", status_code=303)
+            except RequestValidationError as exc:
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', '')}" for error in exc.errors()
+                )
+                return render.page(request, "error.html", None, status=422, title="Invalid input", detail=detail)
+            except FairmatchError as exc:
+                if exc.status >= 500:
+                    log.warning("console page failed: %s", exc.detail)
+                return render.page(request, "error.html", None, status=exc.status, title=exc.title, detail=exc.detail)
+
+        return handled
+
+
+def console_router() -> APIRouter:
+    return APIRouter(route_class=ConsoleRoute, include_in_schema=False)
