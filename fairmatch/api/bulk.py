@@ -18,7 +18,7 @@ from fairmatch.auth.tokens import Principal
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import JobSelection
-from fairmatch.services import audit, bulk
+from fairmatch.services import bulk
 from fairmatch.settings import Settings
 
 router = APIRouter(prefix="/jobs", tags=["jobs in bulk"])
@@ -48,12 +48,7 @@ async def _act(
         action=action, selection=bulk.Selection(body.filter, body.filter.job_ids), by=caller.sub,
         scope=policy.job_scope(caller), dry_run=body.dry_run, **more,
     )  # fmt: skip
-    result = await bulk.act(conn, request, settings)
-    if not body.dry_run:
-        detail = {"filter": body.filter.model_dump(mode="json", exclude_defaults=True), **result}
-        detail["job_ids"] = result["job_ids"][:20]  # the log keeps a glimpse; the answer has the rest
-        await audit.record(conn, caller.sub, f"bulk.{action.value}", None, detail)
-    return result
+    return await bulk.act(conn, request, settings)
 
 
 @router.post("/kill", response_model=BulkResult, summary="Kill every selected job that has not finished")

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request
 from fairmatch.api.deps import Admin, Connection, CurrentSettings, Operators, Submitters
 from fairmatch.api.schemas import Priorities, PriorityRun, RecomputeResult
 from fairmatch.auth import policy
-from fairmatch.services import audit
 from fairmatch.services import priorities as service
 from fairmatch.services.background import runner_name
 
@@ -19,10 +18,9 @@ router = APIRouter(tags=["priorities"])
 @router.post("/priorities/recompute", response_model=RecomputeResult, summary="Recompute all priorities now")
 async def recompute(request: Request, caller: Admin, conn: Connection, settings: CurrentSettings) -> dict:
     """Runs the priority loop once (waiting for a run in progress) and returns when it is done."""
-    run = await service.recompute(conn, settings, request.app.state.corrections, runner=runner_name(), scheduled=False)
-    assert run is not None  # a forced run waits for the lock and always runs
-    await audit.record(conn, caller.sub, "priorities.recompute", None, {"task_queues": run["task_queues"]})
-    return run
+    return await service.recompute_now(
+        conn, settings, request.app.state.corrections, runner=runner_name(), by=caller.sub
+    )
 
 
 @router.get("/shares", response_model=PriorityRun, summary="Entities, shares, usage and corrections")

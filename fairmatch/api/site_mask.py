@@ -11,7 +11,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from fairmatch.api.deps import AnyRole, Connection, Operators
 from fairmatch.fields import Name
 from fairmatch.priority.groups import Description
-from fairmatch.services import audit
 from fairmatch.services import site_mask as mask_service
 from fairmatch.taskqueues.requirements import ANY
 
@@ -71,7 +70,6 @@ async def ban_site(site: SiteName, body: Ban, caller: Operators, conn: Connectio
     banned_by are replaced, banned_at is kept). From then on a pilot at the site is matched
     only jobs of the job types `matching.masked_site_job_types` names."""
     entry, created = await mask_service.ban(conn, site, body.reason, caller.sub)
-    await audit.record(conn, caller.sub, "site_mask.ban", site, {"reason": body.reason, "created": created})
     if created:
         response.status_code = 201
     return entry
@@ -85,6 +83,5 @@ async def ban_site(site: SiteName, body: Ban, caller: Operators, conn: Connectio
     summary="Allow a banned site again",
 )
 async def allow_site(site: SiteName, caller: Operators, conn: Connection) -> Response:
-    await mask_service.allow(conn, site)
-    await audit.record(conn, caller.sub, "site_mask.allow", site)
+    await mask_service.allow(conn, site, caller.sub)
     return Response(status_code=204)

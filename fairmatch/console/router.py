@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 from fairmatch.console import auth, render
 from fairmatch.console.forms import read_form
 from fairmatch.console.pages import ROUTERS
-from fairmatch.console.routing import PREFIX, console_router
+from fairmatch.console.routing import PREFIX, console_router, local_path
 from fairmatch.errors import FairmatchError, NotFound
 
 STATIC = Path(__file__).parent / "static"
@@ -27,13 +27,6 @@ STATIC_CACHE = "public, max-age=3600"
 router = console_router()
 
 
-def _local(target: str | None) -> str:
-    """Where to go after signing in: a console path only, never another site."""
-    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return f"{PREFIX}/"
-
-
 @router.get("/static/{name}")
 async def static_file(name: str) -> Response:
     found = _FILES.get(name)
@@ -47,15 +40,15 @@ async def static_file(name: str) -> Response:
 async def sign_in_page(request: Request, next: str | None = None) -> Response:
     settings = request.app.state.settings
     if settings.auth.mode.value == "none":
-        return RedirectResponse(_local(next), status_code=303)
-    return render.page(request, "sign_in.html", None, next=_local(next), problem=None)
+        return RedirectResponse(local_path(next), status_code=303)
+    return render.page(request, "sign_in.html", None, next=local_path(next), problem=None)
 
 
 @router.post("/sign-in")
 async def sign_in(request: Request) -> Response:
     """Takes the token from the form, checks it as the API would, and keeps it in the cookie."""
     form = await read_form(request)
-    target = _local(form.get("next"))
+    target = local_path(form.get("next"))
     if not auth.same_origin(request):
         return render.page(request, "sign_in.html", None, status=403, next=target,
                            problem="the form was not sent from this console's own page")  # fmt: skip
@@ -80,8 +73,18 @@ async def sign_out(request: Request, caller: auth.Viewer) -> Response:
     return response
 
 
+# included after every page: a console path no page serves
+missing = console_router()
+
+
+@missing.get("/{path:path}")
+async def no_such_page(path: str, caller: auth.Viewer) -> Response:
+    raise NotFound(f"the console has no page /ui/{path}")
+
+
 def install(app: FastAPI) -> None:
     """Mounts the console under /ui (after the API: no request of the API is routed past it)."""
     app.include_router(router, prefix=PREFIX)
     for page_router in ROUTERS:
         app.include_router(page_router, prefix=PREFIX)
+    app.include_router(missing, prefix=PREFIX)

@@ -40,7 +40,8 @@ class ConsoleRoute(APIRoute):
                 return RedirectResponse(f"{PREFIX}/sign-in?next={where}", status_code=303)
             except RequestValidationError as exc:
                 detail = "; ".join(
-                    f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', '')}" for error in exc.errors()
+                    f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', '')}"
+                    for error in exc.errors()
                 )
                 return render.page(request, "error.html", None, status=422, title="Invalid input", detail=detail)
             except FairmatchError as exc:
@@ -53,3 +54,10 @@ class ConsoleRoute(APIRoute):
 
 def console_router() -> APIRouter:
     return APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+
+def local_path(target: str | None) -> str:
+    """A console path to go to next (after signing in, after an action): never another site."""
+    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{PREFIX}/"

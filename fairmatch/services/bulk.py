@@ -31,8 +31,8 @@ from fairmatch.errors import Conflict, NotFound
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed
+from fairmatch.services import audit, reprioritise, taskqueues
 from fairmatch.services import jobs as job_service
-from fairmatch.services import reprioritise, taskqueues
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import real_priority, requeued
@@ -89,9 +89,10 @@ class Request:
 
 
 async def act(conn: AsyncConnection, request: Request, settings: Settings) -> dict[str, Any]:
-    """Apply the action to every selected job it applies to, a batch at a time. Returns how
-    many jobs the selection matched, how many changed (a dry run: would change), and the
-    ids of the first LISTED of those."""
+    """Apply the action to every selected job it applies to, a batch at a time, and audit it
+    (a dry run changes nothing and is not audited). Returns how many jobs the selection
+    matched, how many changed (a dry run: would change), and the ids of the first LISTED
+    of those."""
     matched, changed = 0, 0
     listed: list[int] = []
     after = 0
@@ -108,7 +109,20 @@ async def act(conn: AsyncConnection, request: Request, settings: Settings) -> di
         done = candidates if request.dry_run or not candidates else await _apply(conn, request, candidates, settings)
         changed += len(done)
         listed.extend(done[: LISTED - len(listed)])
-    return {"matched": matched, "changed": changed, "job_ids": listed}
+    result = {"matched": matched, "changed": changed, "job_ids": listed}
+    if not request.dry_run:
+        await _audit(conn, request, result)
+    return result
+
+
+async def _audit(conn: AsyncConnection, request: Request, result: dict[str, Any]) -> None:
+    selection = request.selection
+    chosen = selection.filters.model_dump(mode="json", exclude_defaults=True)
+    if selection.job_ids is not None:
+        chosen["job_ids"] = list(selection.job_ids)
+    # the log keeps a glimpse of the jobs changed; the answer has the rest
+    detail = {"filter": chosen, **result, "job_ids": result["job_ids"][:20]}
+    await audit.record(conn, request.by, f"bulk.{request.action.value}", None, detail)
 
 
 async def _apply(conn: AsyncConnection, request: Request, job_ids: list[int], settings: Settings) -> list[int]:

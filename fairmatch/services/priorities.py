@@ -31,7 +31,7 @@ from fairmatch.priority.facts import TqFacts
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.rank import RankGroup
 from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
-from fairmatch.services import accounting
+from fairmatch.services import accounting, audit
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
@@ -384,6 +384,16 @@ async def recompute(
         "changed": changed,
         **report,
     }
+
+
+async def recompute_now(
+    conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, *, runner: str, by: str
+) -> dict[str, Any]:
+    """An operator's run: waits for a run in progress, always runs, and is audited."""
+    run = await recompute(conn, settings, corrections, runner=runner, scheduled=False)
+    assert run is not None  # a forced run waits for the lock and always runs
+    await audit.record(conn, by, "priorities.recompute", None, {"task_queues": run["task_queues"]})
+    return run
 
 
 async def _ran_recently(db: PriorityDB, now: datetime, settings: Settings) -> bool:

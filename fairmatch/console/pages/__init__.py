@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fairmatch.console.pages import overview
+from fairmatch.console.pages import actions, overview
 
-ROUTERS = [overview.router]
+ROUTERS = [overview.router, actions.router]

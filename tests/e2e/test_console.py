@@ -1,0 +1,284 @@
+"""The console over real HTTP: sign-in, sessions, headers, CSRF, the overview and the actions.
+
+What a browser does on these pages (scripts, live refresh, clicks) is
+tests/e2e/test_console_browser.py's; here each request is checked as sent.
+"""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from fairmatch.auth.tokens import Role, create_token
+from tests.conftest import TOKEN_SETTINGS
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def submit(api: httpx.Client, count: int = 1, **spec) -> list[int]:
+    jobs = [{"owner": "alice", "owner_group": "lhcb_user", "cpu_time": 3600, **spec} for _ in range(count)]
+    r = api.post("/jobs", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    return [j["job_id"] for j in r.json()["jobs"]]
+
+
+def audit_actions(api: httpx.Client) -> list[tuple[str, str, str | None]]:
+    r = api.get("/audit")
+    assert r.status_code == 200, r.text
+    return [(e["actor"], e["action"], e["target"]) for e in r.json()["entries"]]
+
+
+# --- signing in ---------------------------------------------------------------------------
+
+
+def test_a_page_without_a_session_sends_the_browser_to_sign_in(token_server, clean):
+    with httpx.Client(base_url=token_server.url) as browser:
+        r = browser.get("/ui/taskqueues?group=lhcb")
+        assert r.status_code == 303
+        assert r.headers["location"] == "/ui/sign-in?next=" + quote("/ui/taskqueues?group=lhcb")
+        page = browser.get(r.headers["location"])
+        assert page.status_code == 200 and 'name="token"' in page.text
+
+
+def test_signing_in_keeps_the_token_in_a_strict_http_only_cookie_of_the_console(token_server, clean):
+    token = create_token(TOKEN_SETTINGS, role=Role.operator, sub="olga", ttl_seconds=600)
+    with httpx.Client(base_url=token_server.url) as browser:
+        r = browser.post("/ui/sign-in", data={"token": token, "next": "/ui/shares"},
+                         headers={"Origin": token_server.url})  # fmt: skip
+        assert r.status_code == 303 and r.headers["location"] == "/ui/shares"
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith(f"fairmatch_console={token};")
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+        assert {"httponly", "samesite", "path", "max-age"} <= attributes
+        assert "samesite=strict" in cookie.lower() and "path=/ui" in cookie.lower()
+        max_age = int(cookie.lower().split("max-age=")[1].split(";")[0])
+        assert 590 <= max_age <= 600  # until the token's exp
+        assert token not in r.headers["location"]
+        page = browser.get("/ui/")
+        assert page.status_code == 200 and "olga · operator" in page.text
+
+
+@pytest.mark.parametrize(
+    ("token", "status", "said"),
+    [
+        ("not a token", 401, "not valid"),
+        (create_token(TOKEN_SETTINGS, role=Role.operator, sub="late", ttl_seconds=-60), 401, "expired"),
+        (create_token(TOKEN_SETTINGS, role=Role.pilot, sub="p", ttl_seconds=600), 403, "pilots have no console"),
+    ],
+)
+def test_a_token_the_api_refuses_signs_nobody_in(token_server, clean, token, status, said):
+    with httpx.Client(base_url=token_server.url) as browser:
+        r = browser.post("/ui/sign-in", data={"token": token}, headers={"Origin": token_server.url})
+        assert r.status_code == status and said in r.text
+        assert "set-cookie" not in r.headers
+        assert browser.get("/ui/").status_code == 303
+
+
+def test_a_sign_in_from_another_site_is_refused(token_server, clean):
+    token = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=600)
+    with httpx.Client(base_url=token_server.url) as browser:
+        r = browser.post("/ui/sign-in", data={"token": token}, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403 and "set-cookie" not in r.headers
+
+
+def test_sign_in_goes_back_only_to_a_console_page(console_as, token_server):
+    token = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=600)
+    with httpx.Client(base_url=token_server.url) as browser:
+        for target in ("https://evil.example/", "//evil.example/ui/", "/api/v1/jobs"):
+            r = browser.post("/ui/sign-in", data={"token": token, "next": target}, headers={"Origin": token_server.url})
+            assert r.headers["location"] == "/ui/", target
+
+
+def test_a_pilot_token_in_the_cookie_opens_no_page(token_server, clean):
+    token = create_token(TOKEN_SETTINGS, role=Role.pilot, sub="p", ttl_seconds=600)
+    with httpx.Client(base_url=token_server.url, cookies={"fairmatch_console": token}) as browser:
+        r = browser.get("/ui/jobs")
+        assert r.status_code == 403 and "pilots have no console" in r.text
+
+
+def test_an_expired_session_goes_to_sign_in_and_a_live_refresh_gets_401(token_server, clean):
+    token = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=1)
+    with httpx.Client(base_url=token_server.url, cookies={"fairmatch_console": token}) as browser:
+        assert browser.get("/ui/").status_code == 200
+        time.sleep(7)  # past exp and the verifier's leeway of 5 s
+        assert browser.get("/ui/").status_code == 303
+        assert browser.get("/ui/", headers={"X-Console-Refresh": "1"}).status_code == 401
+
+
+def test_signing_out_ends_the_session(console_as):
+    console = console_as("admin", sub="a")
+    r = console.submit("/ui/sign-out", {}, confirm=False, page="/ui/")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/sign-in"
+    assert 'fairmatch_console=""' in r.headers["set-cookie"] or "Max-Age=0" in r.headers["set-cookie"]
+    assert console.get("/ui/").status_code == 303
+
+
+def test_without_authentication_the_console_opens_directly(server, clean):
+    with httpx.Client(base_url=server.url) as browser:
+        assert browser.get("/ui/sign-in").headers["location"] == "/ui/"
+        page = browser.get("/ui/")
+        assert page.status_code == 200 and "anonymous · admin" in page.text
+        assert "Sign out" not in page.text
+
+
+# --- what every page carries --------------------------------------------------------------
+
+
+def test_pages_carry_a_strict_content_security_policy_and_are_not_cached(console_as):
+    console = console_as("admin", sub="a")
+    for path in ("/ui/", "/ui/sign-in", "/ui/no-such-page"):
+        r = console.get(path)
+        policy = r.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["cache-control"] == "no-store" or (path == "/ui/sign-in" and r.status_code == 303)
+
+
+def test_no_page_has_an_inline_script_or_handler_or_style(console_as):
+    console = console_as("admin", sub="a")
+    html = console.get("/ui/").text
+    assert "<script>" not in html and "<script " in html  # one external script
+    assert " onclick=" not in html.lower() and " onload=" not in html.lower() and " style=" not in html.lower()
+    assert (
+        console.get("/ui/static/console.js")
+        .headers["content-type"]
+        .startswith(("text/javascript", "application/javascript"))
+    )
+    assert console.get("/ui/static/nothing.js").status_code == 404
+
+
+def test_the_console_is_not_in_the_api_description(server, clean):
+    with httpx.Client(base_url=server.url) as c:
+        paths = c.get("/openapi.json").json()["paths"]
+    assert not [p for p in paths if p.startswith("/ui")]
+
+
+# --- forms are guarded --------------------------------------------------------------------
+
+
+def test_a_form_without_the_session_token_or_from_another_origin_changes_nothing(console_as, as_role):
+    console = console_as("admin", sub="a")
+    form = {"site": "LCG.CERN.cern", "reason": "down", "confirmed": "yes"}
+    forged = console.client.post("/ui/actions/site-mask/ban", data={**form, "csrf": "0" * 64},
+                                 headers={"Origin": console.origin})  # fmt: skip
+    assert forged.status_code == 403 and "token" in forged.text
+    elsewhere = console.client.post("/ui/actions/site-mask/ban", data={**form, "csrf": console.csrf()},
+                                    headers={"Origin": "https://evil.example"})  # fmt: skip
+    assert elsewhere.status_code == 403 and "Origin" in elsewhere.text
+    no_origin = console.client.post("/ui/actions/site-mask/ban", data={**form, "csrf": console.csrf()})
+    assert no_origin.status_code == 403
+    assert as_role("admin").get("/site-mask").json() == {"sites": []}
+
+
+def test_another_session_s_form_token_is_refused(console_as):
+    alice, bob = console_as("operator", sub="alice"), console_as("operator", sub="bob")
+    r = bob.client.post("/ui/actions/site-mask/ban",
+                        data={"site": "X", "reason": "r", "confirmed": "yes", "csrf": alice.csrf()},
+                        headers={"Origin": bob.origin})  # fmt: skip
+    assert r.status_code == 403
+
+
+# --- the actions --------------------------------------------------------------------------
+
+
+def test_a_ban_asks_first_then_bans_and_is_audited(console_as, as_role):
+    console, admin = console_as("operator", sub="olga"), as_role("admin")
+    asked = console.submit("/ui/actions/site-mask/ban", {"site": "LCG.CERN.cern", "reason": "CE down"}, confirm=False)
+    assert asked.status_code == 200 and 'id="confirmation"' in asked.text
+    assert admin.get("/site-mask").json() == {"sites": []}  # asking changed nothing
+    done = console.submit("/ui/actions/site-mask/ban", {"site": "LCG.CERN.cern", "reason": "CE down"})
+    assert done.status_code == 200 and 'id="done"' in done.text
+    [entry] = admin.get("/site-mask").json()["sites"]
+    assert (entry["site"], entry["reason"], entry["banned_by"]) == ("LCG.CERN.cern", "CE down", "olga")
+    allowed = console.submit("/ui/actions/site-mask/allow", {"site": "LCG.CERN.cern"})
+    assert allowed.status_code == 200 and admin.get("/site-mask").json() == {"sites": []}
+    assert audit_actions(admin)[:2] == [("olga", "site_mask.allow", "LCG.CERN.cern"),
+                                        ("olga", "site_mask.ban", "LCG.CERN.cern")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("site", "said"), [("any", "every site"), ("", "site"), ("x" * 300, "site")])
+def test_a_bad_site_is_refused_with_its_reason(console_as, site, said):
+    r = console_as("admin").submit("/ui/actions/site-mask/ban", {"site": site, "reason": "r"}, confirm=False)
+    assert r.status_code == 422 and said in r.text
+
+
+def test_users_may_not_ban_and_only_admins_recompute(console_as):
+    user = console_as("user", sub="alice", groups=["lhcb_user"])
+    assert user.submit("/ui/actions/site-mask/ban", {"site": "S", "reason": "r"}).status_code == 403
+    operator = console_as("operator", sub="olga")
+    assert operator.submit("/ui/actions/recompute", {}, page="/ui/").status_code == 403
+    admin = console_as("admin", sub="ada")
+    done = admin.submit("/ui/actions/recompute", {}, page="/ui/")
+    assert done.status_code == 200 and "task queues" in done.text
+
+
+def test_a_hold_by_filter_counts_first_then_holds_the_selected_jobs(console_as, as_role):
+    api = as_role("admin")
+    held_ids = submit(api, 3, owner="alice")
+    kept = submit(api, 2, owner="bob")
+    console = console_as("operator", sub="olga")
+    asked = console.submit("/ui/actions/jobs/hold", {"owner": "alice"}, confirm=False)
+    assert asked.status_code == 200 and "selects 3 jobs" in asked.text and "changes 3" in asked.text
+    assert {j["status"] for j in api.get("/jobs", params={"owner": "alice"}).json()["jobs"]} == {"Waiting"}
+    done = console.submit("/ui/actions/jobs/hold", {"owner": "alice"})
+    assert done.status_code == 200 and "3 of the 3 selected jobs" in done.text
+    statuses = {j["job_id"]: j["status"] for j in api.get("/jobs").json()["jobs"]}
+    assert [statuses[i] for i in held_ids] == ["Held"] * 3 and [statuses[i] for i in kept] == ["Waiting"] * 2
+    [entry] = [e for e in api.get("/audit").json()["entries"] if e["action"] == "bulk.hold"]
+    assert entry["actor"] == "olga" and entry["detail"]["filter"] == {"owner": "alice"}
+
+
+def test_a_user_s_bulk_action_reaches_only_its_own_jobs(console_as, as_role):
+    api = as_role("admin")
+    mine = submit(api, 2, owner="alice")
+    theirs = submit(api, 2, owner="bob")
+    user = console_as("user", sub="alice", groups=["lhcb_user"])
+    done = user.submit("/ui/actions/jobs/kill", {"owner_group": "lhcb_user"})
+    assert done.status_code == 200 and "2 of the 2 selected jobs" in done.text
+    statuses = {j["job_id"]: j["status"] for j in api.get("/jobs").json()["jobs"]}
+    assert [statuses[i] for i in mine] == ["Killed"] * 2 and [statuses[i] for i in theirs] == ["Waiting"] * 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [({}, "name the jobs"), ({"job_ids": "1, x"}, "job_ids"), ({"status": "Sleeping"}, "status")],
+)
+def test_a_bulk_form_that_names_no_jobs_or_bad_values_is_refused(console_as, fields, said):
+    r = console_as("admin").submit("/ui/actions/jobs/hold", fields, confirm=False)
+    assert r.status_code == 422 and said in r.text
+
+
+def test_the_console_offers_only_hold_release_and_kill(console_as):
+    r = console_as("admin").submit("/ui/actions/jobs/reschedule", {"owner": "a"}, confirm=False)
+    assert r.status_code == 422
+
+
+# --- the overview -------------------------------------------------------------------------
+
+
+def test_the_overview_shows_counts_groups_and_the_busiest_queues(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 3, owner="alice")
+    submit(api, 2, owner="bob", owner_group="lhcb_mc")
+    page = console_as("operator").get("/ui/")
+    assert page.status_code == 200
+    assert '<div class="figure" data-figure="waiting">5</div>' in page.text
+    assert "lhcb_mc" in page.text and "/ui/taskqueues/" in page.text
+
+
+def test_users_land_on_their_jobs(console_as):
+    r = console_as("user", sub="alice", groups=["lhcb_user"]).get("/ui/")
+    assert r.status_code == 303 and r.headers["location"] == "/ui/jobs"
+
+
+def test_names_are_escaped_everywhere_they_are_shown(console_as, as_role):
+    hostile = '<script>alert("x")</script>'
+    api = as_role("admin")
+    submit(api, 1, owner=hostile, owner_group="g<b>")
+    page = console_as("admin").get("/ui/").text
+    assert hostile not in page and "&lt;script&gt;alert(" in page
+    assert "g<b>" not in page and "g&lt;b&gt;" in page
