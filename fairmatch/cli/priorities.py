@@ -9,8 +9,7 @@ from rich.table import Table
 
 from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.render import new_table, show
-
-MULTIFACTOR_COLUMNS = ("fairshare", "age", "job_size", "user", "queue", "qos")
+from fairmatch.priority.origin import origin_columns, origin_headers
 
 app = typer.Typer()
 
@@ -25,37 +24,6 @@ def sprio(
     """Why each task queue has its priority: the policy's terms or factors (like Slurm's sprio)."""
     query = f"?jobs_limit={jobs}" + (f"&task_queue_id={task_queue}" if task_queue else "")
     show(call_api(connect(url, token), "GET", f"/priorities{query}"), sprio_table)
-
-
-def origin_columns(policy: str, origin: dict | None) -> list[str]:
-    origin = origin or {}
-    if policy == "multifactor":
-        factors = origin.get("factors", {})
-        return [f"{factors.get(name, {}).get('contribution', 0):.1f}" for name in MULTIFACTOR_COLUMNS]
-    if policy == "rank":
-        terms = origin.get("terms", {})
-        return [f"{origin.get('rank', 0):.2f}", str(origin.get("priority_level", ""))] + [
-            f"{terms[level]['term']:.2f}" if level in terms else "-" for level in ("vo", "group", "user")
-        ]
-    return [f"{origin.get('entity_share', 0):.4g}", f"{origin.get('weight') or 0:.4g}",
-            f"{origin.get('group_correction', 1) * origin.get('user_correction', 1):.3g}",
-            f"{origin['own_priority']:.6g}" if "own_priority" in origin else "-", variants_column(origin)]  # fmt: skip
-
-
-def variants_column(origin: dict) -> str:
-    """A dirac TQ's site variants: how many queues of its workflow, and whether their priorities were summed."""
-    variants = origin.get("variants")
-    if not variants:
-        return "-"  # decided before site variants were explained
-    return f"{variants['count']} summed" if variants["summed"] else str(variants["count"])
-
-
-def origin_headers(policy: str) -> tuple[str, ...]:
-    if policy == "multifactor":
-        return tuple(name.upper().replace("_", "") for name in MULTIFACTOR_COLUMNS)
-    if policy == "rank":
-        return ("RANK", "LEVEL", "VO", "GROUP", "USER")
-    return ("SHARE", "WEIGHT", "CORR", "OWN", "VARIANTS")
 
 
 def sprio_table(document: dict) -> Table:

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 
 from fairmatch.console import auth, render
 from fairmatch.errors import FairmatchError
@@ -38,9 +39,10 @@ class ConsoleRoute(APIRoute):
                     return render.page(request, "error.html", None, status=401, title=exc.title, detail=exc.detail)
                 where = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
                 return RedirectResponse(f"{PREFIX}/sign-in?next={where}", status_code=303)
-            except RequestValidationError as exc:
+            except (RequestValidationError, ValidationError) as exc:
+                # a query's, a form's or a description's values: each named with what is wrong
                 detail = "; ".join(
-                    f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', '')}"
+                    f"{'.'.join(str(p) for p in error.get('loc', ())) or 'input'}: {error.get('msg', '')}"
                     for error in exc.errors()
                 )
                 return render.page(request, "error.html", None, status=422, title="Invalid input", detail=detail)

@@ -14,5 +14,9 @@ class ConsoleSettings(Section):
     )
     page_size: int = Field(50, ge=10, le=500, description="Rows per page of the task-queue, job and pilot tables.")
     share_hours: float = Field(
-        6, gt=0, le=24 * 14, description="How far back the overview's chart of achieved shares reaches."
+        6,
+        gt=0,
+        le=24 * 14,
+        description="How far back the overview's chart of achieved shares reaches; running-job samples "
+        "are kept at least this long.",
     )

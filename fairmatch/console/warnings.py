@@ -40,6 +40,6 @@ def warnings(
         f"site {site.site}: its pilots were sent away empty {site.empty_matches:,} times in the last hour "
         f"and took no job (site mask, limits or requirements? try Why not)"
         for site in sites
-        if site.empty_matches >= EMPTY_MATCHES_WARNED and site.jobs == 0
+        if site.empty_matches >= EMPTY_MATCHES_WARNED and site.matches == 0
     ]
     return found

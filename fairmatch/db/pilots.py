@@ -125,13 +125,11 @@ class PilotDB(AreaDB):
         return list((await self.conn.execute(stmt)).all())
 
     async def per_site(self, since: datetime) -> list[Any]:
-        """Per site, the pilots last seen since `since`, their empty matches and the jobs they
-        took (site, pilots, empty_matches, jobs), most empty matches first."""
-        took = select(func.count()).where(jobs.c.pilot_reference == pilots.c.reference).scalar_subquery()
+        """Per site, the pilots last seen since `since`, the jobs they took and the times
+        they were sent away empty (site, pilots, matches, empty_matches), most empty first."""
         stmt = (
-            select(pilots.c.site, func.count().label("pilots"),
-                   func.coalesce(func.sum(pilots.c.empty_matches), 0).label("empty_matches"),
-                   func.coalesce(func.sum(took), 0).label("jobs"))
+            select(pilots.c.site, func.count().label("pilots"), func.sum(pilots.c.matches).label("matches"),
+                   func.sum(pilots.c.empty_matches).label("empty_matches"))
             .where(pilots.c.last_seen >= since)
             .group_by(pilots.c.site)
             .order_by(func.sum(pilots.c.empty_matches).desc(), pilots.c.site)

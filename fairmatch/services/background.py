@@ -88,7 +88,8 @@ async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
 
 def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
     runner = runner_name()
-    keep = corrections.longest_time_span()
+    # the corrections' longest slice, the console's chart of shares, and an hour at least
+    keep = max(corrections.longest_time_span(), settings.console.share_hours * 3600, 3600)
     p = settings.priority
 
     async def recompute(conn: AsyncConnection) -> int | None:
@@ -97,7 +98,7 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
 
     async def sample(conn: AsyncConnection) -> bool:
         now = utcnow()
-        took = await history.sample(conn, now, p.sample_seconds, keep_seconds=max(keep, 3600))
+        took = await history.sample(conn, now, p.sample_seconds, keep_seconds=keep)
         if took:  # folded charges serve only the rank policy's window
             await accounting.prune_charges(conn, now - p.charges_kept())
         return took

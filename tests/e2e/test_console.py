@@ -6,6 +6,7 @@ tests/e2e/test_console_browser.py's; here each request is checked as sent.
 
 from __future__ import annotations
 
+import re
 import time
 from urllib.parse import quote
 
@@ -282,3 +283,63 @@ def test_names_are_escaped_everywhere_they_are_shown(console_as, as_role):
     page = console_as("admin").get("/ui/").text
     assert hostile not in page and "&lt;script&gt;alert(" in page
     assert "g<b>" not in page and "g&lt;b&gt;" in page
+
+
+# --- why not, shares, sites ----------------------------------------------------------------
+
+ROW = re.compile(r'<tr data-tq="(\d+)" data-probability="([0-9.e-]+)">')
+CONDITION = re.compile(r'<tr data-condition="(\w+)"><td>\w+</td><td class="num">(\d+)</td></tr>')
+
+
+def test_why_not_shows_what_the_dry_run_answers(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 2, owner="alice", platforms=["el9"])
+    submit(api, 3, owner="bob", platforms=["el8"])
+    submit(api, 1, owner="carol", sites=["LCG.Other.org"])
+    submit(api, 1, owner="dave", cpu_time=500_000)
+    api.post("/priorities/recompute")
+    description = {"site": "LCG.CERN.cern", "cpu_time": "86400", "platform": "el9, el8"}
+    dry_run = api.post("/taskqueues/matching", json={**description, "platform": ["el9", "el8"]}).json()
+    page = console_as("operator").get("/ui/why-not", params=description)
+    assert page.status_code == 200
+    shown = {int(tq): float(p) for tq, p in ROW.findall(page.text)}
+    assert shown == {tq["task_queue_id"]: pytest.approx(tq["probability"], abs=1e-12) for tq in dry_run["task_queues"]}
+    assert len(shown) == 2 and dry_run["analysis"]["eligible"] == 2
+    assert {name: int(n) for name, n in CONDITION.findall(page.text)} == dry_run["analysis"]["rejected_by"]
+    assert f'<strong id="eligible">{dry_run["analysis"]["eligible"]}</strong>' in page.text
+
+
+def test_why_not_names_a_bad_value_and_users_may_not_ask(console_as):
+    bad = console_as("operator").get("/ui/why-not", params={"site": "S", "cpu_time": "lots"})
+    assert bad.status_code == 422 and "cpu_time" in bad.text and 'name="site" value="S"' in bad.text
+    user = console_as("user", sub="alice", groups=["lhcb_user"])
+    assert user.get("/ui/why-not", params={"site": "S", "cpu_time": "1"}).status_code == 403
+
+
+def test_shares_show_the_entities_of_the_last_run_and_sshare_a(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 2, owner="alice")
+    submit(api, 1, owner="bob", owner_group="lhcb_mc")
+    api.post("/priorities/recompute")
+    page = console_as("operator").get("/ui/shares")
+    assert page.status_code == 200 and 'id="entities"' in page.text
+    usage = api.get("/associations/usage").json()["associations"]
+    for row in usage:
+        assert f"<td>{row['account']}</td>" in page.text
+    assert "lhcb_mc" in page.text and "lhcb_user" in page.text
+
+
+def test_sites_show_the_mask_the_limits_with_what_runs_and_the_pilots(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 2, owner="alice", job_types=["MCSimulation"])
+    assert api.put("/limits", json={"limits": [
+        {"site": "LCG.CERN.cern", "attribute": "JobType", "value": "MCSimulation", "running_limit": 5}
+    ]}).status_code == 200  # fmt: skip
+    matched = api.post("/match", json={"Site": "LCG.CERN.cern", "CPUTime": 100_000, "JobType": "any",
+                                       "PilotReference": "https://ce.cern.ch/pilot-1"})  # fmt: skip
+    assert matched.status_code == 200, matched.text
+    api.put(f"/site-mask/{quote('LCG.Broken.org', safe='')}", json={"reason": "CE <down>"})
+    page = console_as("operator").get("/ui/sites").text
+    assert 'data-site="LCG.Broken.org"' in page and "CE &lt;down&gt;" in page
+    assert "<td>MCSimulation</td>" in page and '<td class="num">5</td>' in page and '<td class="num">1</td>' in page
+    assert "https://ce.cern.ch/pilot-1" in page

@@ -82,9 +82,31 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/pilots/{reference:path}"): frozenset({ADMIN, OPERATOR, PILOT}),
 }
 
-# What must be served without a caller: probes and scrapers carry no token, and the
-# API's description is public. Nothing else belongs here.
-MUST_BE_OPEN = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+# The console's pages (fairmatch/console): who may open each. Pilots have none.
+CONSOLE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
+    ("GET", "/ui/"): frozenset({ADMIN, OPERATOR, USER}),  # users are sent on to their jobs
+    ("GET", "/ui/why-not"): frozenset({ADMIN, OPERATOR}),
+    ("GET", "/ui/shares"): frozenset({ADMIN, OPERATOR}),
+    ("GET", "/ui/sites"): frozenset({ADMIN, OPERATOR}),
+    ("GET", "/ui/taskqueues"): frozenset({ADMIN, OPERATOR, USER}),
+    ("GET", "/ui/taskqueues/{tq_id}"): frozenset({ADMIN, OPERATOR, USER}),
+    ("GET", "/ui/jobs"): frozenset({ADMIN, OPERATOR, USER}),
+    ("GET", "/ui/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
+    ("POST", "/ui/actions/jobs/{action}"): frozenset({ADMIN, OPERATOR, USER}),
+    ("POST", "/ui/actions/site-mask/ban"): frozenset({ADMIN, OPERATOR}),
+    ("POST", "/ui/actions/site-mask/allow"): frozenset({ADMIN, OPERATOR}),
+    ("POST", "/ui/actions/recompute"): frozenset({ADMIN}),
+    ("POST", "/ui/sign-out"): frozenset({ADMIN, OPERATOR, USER}),
+    ("GET", "/ui/{path:path}"): frozenset({ADMIN, OPERATOR, USER}),  # the console's own 404
+}
+
+# What must be served without a caller: probes and scrapers carry no token, the API's
+# description is public, and a browser must reach the console's sign-in page and its
+# static files before it has a session. Nothing else belongs here.
+MUST_BE_OPEN = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+                "/ui/sign-in", "/ui/static/{name}"}  # fmt: skip
+# the one open route that is not a read: it takes the token a session starts with
+OPEN_FORM = "/ui/sign-in"
 
 
 # --- the predicate -------------------------------------------------------------------------
@@ -150,7 +172,7 @@ def test_the_open_set_holds_only_what_must_be_open(app):
     assert {r.path for r in open_routes} == MUST_BE_OPEN
     for route in open_routes:
         assert not route.path.startswith(API_PREFIX)
-        assert set(route.methods) <= {"GET", "HEAD"}
+        assert set(route.methods) <= ({"GET", "HEAD", "POST"} if route.path == OPEN_FORM else {"GET", "HEAD"})
         assert declared_roles(route) is None, f"{route.path} is open and declares roles too"
 
 
@@ -161,6 +183,23 @@ def test_every_api_route_has_the_roles_of_the_table(app):
         if path.startswith(f"{API_PREFIX}/")
     }
     assert declared == ROLES
+
+
+def test_every_console_page_has_the_roles_of_the_table(app):
+    declared = {
+        (method, path): declared_roles(route)
+        for method, path, route in _operations(app)
+        if path.startswith("/ui/") and path not in OPEN_PATHS
+    }
+    assert declared == CONSOLE_ROLES
+
+
+def test_a_pilot_opens_no_console_page(app):
+    token = _bearer(Role.pilot)["Authorization"].removeprefix("Bearer ")
+    answers = ask(app, *(("GET", _concrete(path), {"Cookie": f"fairmatch_console={token}"}, None)
+                         for method, path in CONSOLE_ROLES if method == "GET"))  # fmt: skip
+    for r in answers:
+        assert r.status_code == 403 and "pilots have no console" in r.text
 
 
 def test_a_route_without_roles_fails_the_check():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request, Response
-from pydantic import TypeAdapter
+from pydantic import BaseModel
 
 from fairmatch.api.deps import Connection
 from fairmatch.api.site_mask import Ban, SiteName
@@ -27,7 +27,15 @@ from fairmatch.services import priorities as priority_service
 from fairmatch.services.background import runner_name
 
 router = console_router()
-SITE = TypeAdapter(SiteName)  # the API's rules for a site's name
+
+
+# the API's rules for a site's name and a ban's reason, named as the form's fields
+class SiteForm(BaseModel):
+    site: SiteName
+
+
+class BanForm(Ban):
+    site: SiteName
 
 CONFIRMED = "confirmed"
 # the bulk actions the console offers, with what a confirmation says of each
@@ -95,8 +103,8 @@ async def jobs_action(action: bulk.BulkAction, request: Request, caller: auth.Vi
 @router.post("/actions/site-mask/ban")
 async def ban_site(request: Request, caller: auth.Operator, conn: Connection) -> Response:
     form = await _posted(request)
-    site = SITE.validate_python(form.get("site", "").strip())
-    reason = Ban.model_validate({"reason": form.get("reason", "")}).reason
+    ban = BanForm.model_validate({"site": form.get("site", "").strip(), "reason": form.get("reason", "")})
+    site, reason = ban.site, ban.reason
     if form.get(CONFIRMED) != "yes":
         lines = [f"Ban {site}: its pilots get only the job types matching.masked_site_job_types names.",
                  f"Reason: {reason}"]  # fmt: skip
@@ -109,7 +117,7 @@ async def ban_site(request: Request, caller: auth.Operator, conn: Connection) ->
 @router.post("/actions/site-mask/allow")
 async def allow_site(request: Request, caller: auth.Operator, conn: Connection) -> Response:
     form = await _posted(request)
-    site = SITE.validate_python(form.get("site", "").strip())
+    site = SiteForm.model_validate({"site": form.get("site", "").strip()}).site
     if form.get(CONFIRMED) != "yes":
         return _confirm(request, caller, form, title=f"Allow {site}?",
                         lines=[f"Take {site} out of the site mask: its pilots are matched every job again."])  # fmt: skip

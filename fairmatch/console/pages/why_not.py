@@ -1,0 +1,70 @@
+"""/ui/why-not: a pilot's resource description in a form, and what the dry run answers.
+
+The form is the dry run's (POST /taskqueues/matching) in fields: the page calls the
+same service with the same description, so what it shows is what the API answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, Response
+from pydantic import ValidationError
+
+from fairmatch.api.deps import Connection, matching_context
+from fairmatch.console import auth, render
+from fairmatch.console.forms import listed
+from fairmatch.console.routing import console_router
+from fairmatch.matching.eligibility import CONDITION_NAMES
+from fairmatch.matching.pinning import pin_resource
+from fairmatch.matching.resource import ResourceDescription
+from fairmatch.services import matching
+
+router = console_router()
+
+# the form's fields: (the description's key, label, several values?)
+FIELDS = [
+    ("site", "Site (several: the queues any may take)", True),
+    ("cpu_time", "CPU time (s)", False),
+    ("platform", "Platforms", True),
+    ("tags", "Tags", True),
+    ("required_tags", "Required tags", True),
+    ("job_type", "Job types", True),
+    ("owner_group", "Owner groups", True),
+    ("owner", "Owner", False),
+    ("vo", "VO", False),
+    ("grid_ce", "Grid CE", True),
+    ("max_ram_mb", "Max RAM (MB)", False),
+    ("number_of_processors", "Processors", False),
+]
+
+
+def description_of(query: dict[str, str]) -> dict[str, Any]:
+    """The resource description the filled-in fields give, as a pilot would send it."""
+    described: dict[str, Any] = {}
+    for key, _, several in FIELDS:
+        value = query.get(key, "").strip()
+        if value:
+            values = listed(value)
+            described[key] = values if several and (key != "site" or len(values) > 1) else value
+    return described
+
+
+@router.get("/why-not")
+async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> Response:
+    query = dict(request.query_params)
+    described = description_of(query)
+    answer, problem, status = None, None, 200
+    if described:
+        try:
+            resource = pin_resource(caller, ResourceDescription.model_validate(described))
+        except ValidationError as exc:
+            problem = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            status = 422
+        else:
+            context = matching_context(request)
+            answer = await matching.explain(conn, resource, context.settings, context.keeper)
+    return render.page(
+        request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, query=query,
+        described=described, answer=answer, problem=problem, conditions=CONDITION_NAMES,
+    )  # fmt: skip
