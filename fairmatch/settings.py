@@ -26,7 +26,6 @@ from pydantic_settings import (
 
 from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.auth.settings import AuthSettings
-from fairmatch.console.settings import ConsoleSettings
 from fairmatch.jobs.settings import JobSettings
 from fairmatch.limits.settings import SiteLimitSettings
 from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatching
@@ -83,6 +82,23 @@ class ServerSettings(Section):
 
 
 MAX_DAYS = 36500  # a century: anything beyond is a unit mistake
+
+
+class ConsoleSettings(Section):
+    """`[console]`: the web pages under /ui (fairmatch/console)."""
+
+    enabled: bool = Field(True, description="Serve the console under `/ui`.")
+    refresh_seconds: float = Field(
+        5, ge=0, le=300, description="How often an open page reads its figures again (0: never)."
+    )
+    page_size: int = Field(50, ge=10, le=500, description="Rows per page of the task-queue, job and pilot tables.")
+    share_hours: float = Field(
+        6,
+        gt=0,
+        le=24 * 14,
+        description="How far back the overview's chart of achieved shares reaches; running-job samples "
+        "are kept at least this long.",
+    )
 
 
 class RetentionSettings(Section):

@@ -1,5 +1,6 @@
-"""The wheel `pip install fairmatch` gets: the `fairmatch` package with its migrations,
-nothing else at the top level, and a console script that runs from it."""
+"""The wheel `pip install fairmatch` gets: the `fairmatch` package with its migrations and
+the console's templates and static files, nothing else at the top level, and a console
+script that runs from it."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def test_the_wheel_holds_the_fairmatch_package_and_nothing_else(wheel):
     assert "fairmatch/migrations/env.py" in names
     assert any(n.startswith("fairmatch/migrations/versions/0001_") for n in names)
     assert not any("__pycache__" in n for n in names)
+    # the web console's files, which no import brings in
+    console = REPO / "fairmatch" / "console"
+    shipped = {str(f.relative_to(REPO)) for kind in ("templates", "static") for f in (console / kind).iterdir()}
+    assert shipped and shipped <= set(names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "fairmatch = fairmatch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -70,6 +70,24 @@ def job_scope(caller: Principal) -> JobScope:
     return JobScope(matched_by=caller.sub)
 
 
+# the columns a task queue shares with its jobs, by which a caller's job scope restricts queues too
+QUEUE_COLUMNS = ("owner", "owner_group")
+
+
+def queue_restrictions(caller: Principal) -> dict[str, frozenset[str]]:
+    """Per task_queues column, the values a queue the caller sees has there (none: every
+    queue): users see the queues of their own jobs. Pilots ask the dry run instead and see
+    no queue here."""
+    if caller.role is Role.pilot:
+        return {"owner": frozenset()}
+    return {column: values for column, values in job_scope(caller).restrictions().items() if column in QUEUE_COLUMNS}
+
+
+def sees_queue(restrictions: dict[str, frozenset[str]], tq: dict[str, Any]) -> bool:
+    """Whether a queue read without the restrictions' SQL passes them."""
+    return all(tq[column] in values for column, values in restrictions.items())
+
+
 def return_counts(caller: Principal) -> bool:
     """Whether a return to Waiting that `caller` reports counts in the job's reschedules
     (bounded by `jobs.max_reschedules`): a pilot handing its job back does, so that a

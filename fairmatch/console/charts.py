@@ -50,8 +50,10 @@ class ShareChart:
         return [(_y(fraction), f"{fraction:.0%}") for fraction in (0, 0.25, 0.5, 0.75, 1)]
 
     @property
-    def hours(self) -> float:
-        return (self.until - self.since).total_seconds() / 3600
+    def span(self) -> str:
+        """How far back the chart reaches, in hours or, under two, minutes."""
+        seconds = (self.until - self.since).total_seconds()
+        return f"{seconds / 3600:.1f} h" if seconds >= 7200 else f"{seconds / 60:.0f} min"
 
 
 def _x(at: datetime, since: datetime, until: datetime) -> float:

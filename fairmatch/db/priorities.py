@@ -39,7 +39,7 @@ def _group(row: Any) -> dict[str, Any]:
     }
 
 
-def _per_level() -> Select:
+def per_level() -> Select:
     """The waiting jobs per (TQ, level): their number and the lowest job id (ids grow with
     submission: the oldest waiting job)."""
     return select(tq_jobs.c.tq_id, tq_jobs.c.real_priority, func.count(), func.min(tq_jobs.c.job_id)).group_by(
@@ -195,14 +195,14 @@ class PriorityDB(AreaDB):
         if only_groups is not None:
             versions = versions.where(tq.c.owner_group.in_(sorted(only_groups)))
         levels_as_of = dict((await self.conn.execute(versions)).all())
-        per_level = _per_level()
+        levels_query = per_level()
         if only_groups is not None:
             # filter before aggregating: the planner cannot push it through the GROUP BY
             in_groups = select(tq.c.id).where(tq.c.owner_group.in_(sorted(only_groups)))
-            per_level = per_level.where(tq_jobs.c.tq_id.in_(in_groups))
+            levels_query = levels_query.where(tq_jobs.c.tq_id.in_(in_groups))
         levels: dict[int, dict[float, int]] = {}
         oldest: dict[int, int] = {}
-        for tq_id, level, jobs_at_level, first in await self.conn.execute(per_level):
+        for tq_id, level, jobs_at_level, first in await self.conn.execute(levels_query):
             levels.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
             oldest[tq_id] = min(first, oldest.get(tq_id, first))
         loads = []
@@ -262,9 +262,7 @@ class PriorityDB(AreaDB):
         """The waiting jobs of these TQs per level (a TQ without any is absent)."""
         counts: dict[int, dict[float, int]] = {}
         for part in chunks(sorted(tq_ids)):
-            for tq_id, level, jobs_at_level, _ in await self.conn.execute(
-                _per_level().where(tq_jobs.c.tq_id.in_(part))
-            ):
+            for tq_id, level, jobs_at_level, _ in await self.conn.execute(per_level().where(tq_jobs.c.tq_id.in_(part))):
                 counts.setdefault(tq_id, {})[float(level)] = int(jobs_at_level)
         return counts
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.priorities import PriorityDB
 from fairmatch.db.retention import RetentionDB
 from fairmatch.db.server_settings import dangers
 from fairmatch.db.status import ACTIVE, StatusDB
@@ -36,3 +38,12 @@ async def database_warnings(conn: AsyncConnection) -> list[dict[str, Any]]:
     """The database server's settings that break what fairmatch promises (PostgreSQL)."""
     async with read_transaction(conn):
         return dangers(await StatusDB.of(conn).server_settings())
+
+
+async def running_history(
+    conn: AsyncConnection, since: datetime
+) -> tuple[list[tuple[datetime, str, int]], dict[str, float]]:
+    """The running-job samples since `since` per group, and each group's configured share."""
+    async with read_transaction(conn):
+        priorities = PriorityDB.of(conn)
+        return await priorities.running_history(since), await priorities.group_shares()

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.db.change_signal import changing
+from fairmatch.db.console_queues import ConsoleQueueDB, QueueListing, Waiting
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import ConstraintViolation
@@ -55,3 +56,18 @@ async def read_task_queues(conn: AsyncConnection, ids: Sequence[int] | None = No
     """TQs (all, or these) as the API shows them."""
     async with read_transaction(conn):
         return await TaskQueueDB.of(conn).read(ids)
+
+
+async def listing_page(conn: AsyncConnection, listing: QueueListing) -> tuple[int, list[Any], dict[int, Waiting]]:
+    """The console's page of queues: how many pass its filters, its slice, and their waiting jobs."""
+    async with read_transaction(conn):
+        db = ConsoleQueueDB.of(conn)
+        total = await db.count(listing)
+        found = await db.page(listing)
+        return total, found, await db.waiting([row.id for row in found])
+
+
+async def waiting_in(conn: AsyncConnection, tq_id: int) -> Waiting | None:
+    """One queue's waiting jobs per level, and its oldest; None when it has none."""
+    async with read_transaction(conn):
+        return (await ConsoleQueueDB.of(conn).waiting([tq_id])).get(tq_id)

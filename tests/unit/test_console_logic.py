@@ -72,7 +72,8 @@ def test_at_most_the_palette_s_worth_of_groups_is_drawn_the_busiest():
 
 def test_no_sample_draws_nothing():
     chart = charts.share_chart([], {"atlas": 1}, T0, minute(60))
-    assert chart.series == [] and chart.samples == 0 and chart.hours == 1
+    assert chart.series == [] and chart.samples == 0 and chart.span == "60 min"
+    assert charts.share_chart([], {}, T0, T0 + timedelta(hours=6)).span == "6.0 h"
 
 
 # --- the warnings -------------------------------------------------------------------------

@@ -8,7 +8,7 @@
     db        the schema and one data-access class per area (the only SQL)
     services  the use cases: transactions, several areas together, background loops;
               simulation (the service's decisions on a simulated clock)
-    api, cli  routers and commands
+    api, cli  routers and commands; console, the web pages
     main      the application factory
 
 A module may import its own layer and those below it, never one above; the
@@ -33,7 +33,7 @@ LAYERS = {
     "config": {"settings", "settings_env"},
     "db": {"db", "migrations"},
     "services": {"services", "simulation"},
-    "interfaces": {"api", "cli"},
+    "interfaces": {"api", "cli", "console"},
     "main": {"main"},
 }
 ORDER = list(LAYERS)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from fairmatch.console.pages import actions, overview
+from fairmatch.console.pages import actions, jobs, overview, shares, sites, taskqueues, why_not
 
-ROUTERS = [overview.router, actions.router]
+ROUTERS = [overview.router, taskqueues.router, why_not.router, shares.router, sites.router, actions.router, jobs.router]

@@ -37,6 +37,7 @@ class SiteForm(BaseModel):
 class BanForm(Ban):
     site: SiteName
 
+
 CONFIRMED = "confirmed"
 # the bulk actions the console offers, with what a confirmation says of each
 JOB_ACTIONS = {

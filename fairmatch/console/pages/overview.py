@@ -13,10 +13,7 @@ from fairmatch.console import auth, render
 from fairmatch.console.charts import share_chart
 from fairmatch.console.routing import PREFIX, console_router
 from fairmatch.console.warnings import priority_run_state, warnings
-from fairmatch.db.engine import read_transaction
-from fairmatch.db.pilots import PilotDB
-from fairmatch.db.priorities import PriorityDB
-from fairmatch.services import status
+from fairmatch.services import pilots, status
 
 router = console_router()
 EMPTY_MATCH_WINDOW = timedelta(hours=1)
@@ -30,11 +27,8 @@ async def overview(request: Request, caller: auth.Viewer, conn: Connection) -> R
     summary = await status.summary(conn, top=10)
     now = summary["generated_at"]
     since = now - timedelta(hours=settings.console.share_hours)
-    async with read_transaction(conn):
-        priorities = PriorityDB.of(conn)
-        history = await priorities.running_history(since)
-        shares = await priorities.group_shares()
-        sites = await PilotDB.of(conn).per_site(now - EMPTY_MATCH_WINDOW)
+    history, shares = await status.running_history(conn, since)
+    sites = await pilots.per_site(conn, now - EMPTY_MATCH_WINDOW)
     interval = settings.priority.interval_seconds
     return render.page(
         request, "overview.html", caller, section="overview",

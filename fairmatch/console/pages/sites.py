@@ -10,8 +10,7 @@ from fairmatch.api.deps import Connection
 from fairmatch.clock import utcnow
 from fairmatch.console import auth, render
 from fairmatch.console.routing import console_router
-from fairmatch.db.engine import read_transaction
-from fairmatch.db.pilots import PilotDB, PilotFilter
+from fairmatch.db.pilots import PilotFilter
 from fairmatch.services import limits, pilots, site_mask
 
 router = console_router()
@@ -24,8 +23,7 @@ async def sites(request: Request, caller: auth.Operator, conn: Connection) -> Re
     mask = await site_mask.list_mask(conn)
     site_limits = await limits.list_limits(conn)
     recent, _ = await pilots.list_pilots(conn, PilotFilter(), None, settings.console.page_size)
-    async with read_transaction(conn):
-        per_site = await PilotDB.of(conn).per_site(utcnow() - PILOT_WINDOW)
+    per_site = await pilots.per_site(conn, utcnow() - PILOT_WINDOW)
     return render.page(
         request, "sites.html", caller, section="sites", mask=mask, limits=site_limits, recent=recent,
         per_site=per_site, window_minutes=int(PILOT_WINDOW.total_seconds() // 60),

@@ -21,6 +21,7 @@ from fairmatch.matching.resource import ResourceDescription
 from fairmatch.services import matching
 
 router = console_router()
+LISTED = 200  # eligible queues shown, the likeliest first: a generic slot may fit thousands
 
 # the form's fields: (the description's key, label, several values?)
 FIELDS = [
@@ -66,5 +67,5 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
             answer = await matching.explain(conn, resource, context.settings, context.keeper)
     return render.page(
         request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, query=query,
-        described=described, answer=answer, problem=problem, conditions=CONDITION_NAMES,
+        described=described, answer=answer, problem=problem, conditions=CONDITION_NAMES, listed=LISTED,
     )  # fmt: skip
