@@ -13,7 +13,11 @@ The queues and their waiting jobs are queued through the service's own submissio
 users' submissions interleave; jobs spread over the queues as a power law (a few hold
 thousands, most a handful) and over user priorities. One forced priority run then gives
 every queue its priority and origin, and the tables are analysed as autoanalyze would
-right after such a load (vacuumed too with --vacuum, as autovacuum later would).
+right after such a load (vacuumed too with --vacuum, as autovacuum later would). Then, in
+the service, pilots of every site match and start a few thousand jobs and are sent away
+empty a thousand times, and six hours of running-job samples are written: what the
+overview, the sites page and the jobs pages read on a working service. Autovacuum is on
+while the pages are timed, as on sites' servers.
 
 Once start-up has settled, each page of PAGES is requested once to warm up, then
 --requests times in turn, in process (httpx over ASGI to `create_app` with its lifespan
@@ -34,17 +38,20 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import psycopg
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench import run_env
+from fairmatch.clock import utcnow
 from fairmatch.db import migrate
 from fairmatch.db.engine import create_engine
 from fairmatch.jobs.models import JobSpec
 from fairmatch.main import create_app
-from fairmatch.services import priorities, submission
+from fairmatch.services import history, priorities, submission
 from fairmatch.settings import GivenSettings, Settings
 
 DATABASE = "fairmatch_console_bench"
@@ -58,6 +65,14 @@ PAGES: list[tuple[str, str]] = [
     ("task queues, last page", "/ui/taskqueues?sort=id&page={last_page}"),
     ("task queue, the busiest", "/ui/taskqueues/{busiest}"),
     ("task queue, a typical one", "/ui/taskqueues/{typical}"),
+    ("overview", "/ui/"),
+    ("why not, a generic slot", "/ui/why-not?site={site}&cpu_time=86400&platform=x86_64-el9,x86_64-el7&tags=GPU"),
+    ("why not, a narrow slot", "/ui/why-not?site={site}&cpu_time=3600&owner_group={group}"),
+    ("shares", "/ui/shares"),
+    ("sites and pilots", "/ui/sites"),
+    ("jobs, first page", "/ui/jobs"),
+    ("jobs, one owner's running", "/ui/jobs?owner={running_owner}&status=Running"),
+    ("job, a running one", "/ui/jobs/{running_job}"),
 ]
 
 GROUPS = ["lhcb_user", "lhcb_mc", "lhcb_data", "lhcb_calib", "lhcb_sprucing", "lhcb_pilot", "lhcb_sgm",
@@ -71,6 +86,13 @@ SKEW = 0.9  # the power law's exponent: the k-th busiest queue holds ~ 1 / k**SK
 # Before timing: at start-up the matcher's keeper reads every queue and the background loops
 # take their first turn, which the first requests would otherwise wait behind.
 SETTLE_SECONDS = 3.0
+# a working service's other state, which the overview and the sites page read: jobs matched
+# and running through pilots of several sites (some sent away empty), and the running-job
+# samples of the chart's hours
+PILOTS = 300
+RUNNING_JOBS = 3_000
+EMPTY_MATCHES = 1_000
+SAMPLES = 360  # one a minute over the console's default six hours
 
 
 def definitions(count: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -149,13 +171,35 @@ def facts(url: str, page_size: int) -> dict[str, Any]:
     }
 
 
-async def time_pages(settings: Settings, known: dict[str, Any], requests: int) -> list[dict[str, Any]]:
+async def run_pilots(client: httpx.AsyncClient, rng: random.Random) -> None:
+    """Pilots of every site take RUNNING_JOBS jobs and start them; others are sent away empty."""
+    for n in range(RUNNING_JOBS + EMPTY_MATCHES):
+        empty = n >= RUNNING_JOBS  # a CPU time no queue fits in
+        pilot = {"Site": rng.choice(SITES), "CPUTime": 60 if empty else 100_000, "JobType": "any",
+                 "Platform": PLATFORMS, "Tag": TAGS, "PilotReference": f"https://ce.example/pilot-{n % PILOTS}"}  # fmt: skip
+        answer = await client.post("/api/v1/match", json=pilot)
+        if answer.status_code == 200:
+            started = await client.post(f"/api/v1/jobs/{answer.json()['job_id']}/status", json={"status": "Running"})
+            started.raise_for_status()
+        elif answer.status_code != 204:
+            raise SystemExit(f"/match answered {answer.status_code}: {answer.text[:500]}")
+
+
+async def time_pages(
+    settings: Settings, url: str, known: dict[str, Any], requests: int, seed: int
+) -> list[dict[str, Any]]:
     app = create_app(settings)
     results = []
     async with app.router.lifespan_context(app):
         await asyncio.sleep(SETTLE_SECONDS)
         transport = httpx.ASGITransport(app=app)  # from 127.0.0.1: mode `none` serves it as admin
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            if run_env.query(url, "SELECT count(*) FROM jobs WHERE status = 'Running'")[0][0] == 0:
+                print(f"{RUNNING_JOBS:,} jobs matched and started, {EMPTY_MATCHES:,} empty matches", file=sys.stderr)
+                await run_pilots(client, random.Random(seed))
+                await asyncio.sleep(SETTLE_SECONDS)  # the empty matches' tally is written
+                await take_samples(app.state.engine)
+            known.update(running(url))
             for name, template in PAGES:
                 path = template.format(**known)
                 first = await client.get(path)  # warm-up: templates compiled, statements prepared
@@ -172,6 +216,20 @@ async def time_pages(settings: Settings, known: dict[str, Any], requests: int) -
                     "p95": times[max(0, math.ceil(0.95 * len(times)) - 1)], "max": times[-1],
                 })  # fmt: skip
     return results
+
+
+async def take_samples(engine: AsyncEngine) -> None:
+    """The chart's hours of samples: the jobs running now, as if sampled once a minute."""
+    now = utcnow()
+    async with engine.connect() as conn:
+        for minute in range(SAMPLES, 0, -1):
+            await history.sample(conn, now - timedelta(minutes=minute), 0, 0)
+
+
+def running(url: str) -> dict[str, Any]:
+    """A running job and its owner, for the pages that show them."""
+    job, owner = run_env.query(url, "SELECT id, owner FROM jobs WHERE status = 'Running' ORDER BY id LIMIT 1")[0]
+    return {"running_job": job, "running_owner": owner}
 
 
 def table(results: list[dict[str, Any]], known: dict[str, Any], requests: int) -> str:
@@ -212,7 +270,9 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"{'VACUUM ' if args.vacuum else ''}ANALYZE {', '.join(run_env.HOT_TABLES)}")
         known = facts(url, settings.console.page_size)
-        results = asyncio.run(time_pages(settings, known, args.requests))
+        # sites' servers run autovacuum: on while the pages are timed, the server's own setting back after
+        with run_env.autovacuum_on(admin_url, lambda line: print(line, file=sys.stderr)):
+            results = asyncio.run(time_pages(settings, url, known, args.requests, args.seed))
         print(table(results, known, args.requests))
     finally:
         if not args.database_url:

@@ -182,6 +182,14 @@ class PriorityDB(AreaDB):
 
     # --- task-queue priorities ---------------------------------------------------------------
 
+    async def waiting_members(self) -> set[tuple[str, str]]:
+        """The (account, owner) pairs of the TQs with waiting jobs: an index probe per TQ,
+        not the pass over every waiting job that `waiting_loads` makes."""
+        tq = task_queues
+        waiting = exists().where(tq_jobs.c.tq_id == tq.c.id)
+        stmt = select(tq.c.account, tq.c.owner).where(waiting).distinct()
+        return {(account, owner) for account, owner in await self.conn.execute(stmt)}
+
     async def waiting_loads(self, only_groups: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Every TQ with waiting jobs: its definition, current priority and levels, and its jobs per level."""
         # One pass over the waiting jobs, grouped by (TQ, level): the averages and

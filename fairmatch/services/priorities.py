@@ -253,20 +253,22 @@ async def _decide_rank(
     )
 
 
-async def _association_tree(inputs: PolicyInputs, facts: list[TqFacts]) -> dict:
-    """The imported association tree, or, without one, root -> the queues' accounts -> owners,
-    an account having the job share of the group of its name (the default share if none)."""
+async def _association_tree(inputs: PolicyInputs, members: Collection[tuple[str, str]]) -> dict:
+    """The imported association tree, or, without one, root -> the accounts of the queues
+    with waiting jobs -> their owners (`members`, (account, owner) pairs), an account having
+    the job share of the group of its name (the default share if none)."""
     rows = await inputs.associations()
     if rows:
         return fairshare.tree_from_associations([(r.account, r.user, r.parent, r.shares) for r in rows])
     shares = await inputs.group_shares()
-    members = {(f.account, f.owner) for f in facts}
-    return fairshare.implicit_tree({a: shares.get(a, DEFAULT_JOB_SHARE) for a, _ in members}, members)
+    return fairshare.implicit_tree({a: shares.get(a, DEFAULT_JOB_SHARE) for a, _ in members}, set(members))
 
 
-async def _shares(inputs: PolicyInputs, settings: Settings, facts: list[TqFacts], now: datetime) -> dict:
+async def _shares(
+    inputs: PolicyInputs, settings: Settings, members: Collection[tuple[str, str]], now: datetime
+) -> dict:
     """Every association's sshare row: the tree, its decayed usage, the configured algorithm."""
-    tree = await _association_tree(inputs, facts)
+    tree = await _association_tree(inputs, members)
     usage = await inputs.usage(now)
     return fairshare.compute(tree, usage, settings.priority.multifactor.fairshare)
 
@@ -275,8 +277,8 @@ async def association_usage(conn: AsyncConnection, settings: Settings) -> list[d
     """Slurm's `sshare -a`, whatever the policy: shares, usage and fair-share factor of each
     association (the imported tree, or groups and the owners with waiting jobs)."""
     async with read_transaction(conn):
-        rows = await PriorityDB.of(conn).waiting_loads()
-        shares = await _shares(DatabaseInputs(conn, settings), settings, _facts(rows), utcnow())
+        members = await PriorityDB.of(conn).waiting_members()
+        shares = await _shares(DatabaseInputs(conn, settings), settings, members, utcnow())
     return [
         {"account": row.account, "user": row.user or None, "parent": _parent_account(row),
          "shares": "parent" if row.raw_shares is None else row.raw_shares, "norm_shares": row.norm_shares,
@@ -297,7 +299,7 @@ async def _decide_multifactor(
 ) -> Outcome:
     options = settings.priority.multifactor
     facts = _facts(rows)
-    shares = await _shares(inputs, settings, facts, now)
+    shares = await _shares(inputs, settings, {(f.account, f.owner) for f in facts}, now)
     levels = await inputs.group_levels()
     class_priority = await inputs.class_priorities()
     decided = multifactor.decide(

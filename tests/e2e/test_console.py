@@ -343,3 +343,20 @@ def test_sites_show_the_mask_the_limits_with_what_runs_and_the_pilots(console_as
     assert 'data-site="LCG.Broken.org"' in page and "CE &lt;down&gt;" in page
     assert "<td>MCSimulation</td>" in page and '<td class="num">5</td>' in page and '<td class="num">1</td>' in page
     assert "https://ce.cern.ch/pilot-1" in page
+
+
+@pytest.mark.parametrize("policy", ["dirac", "rank", "multifactor"])
+def test_shares_and_a_queue_s_priority_show_under_every_policy(quiet_server, policy):
+    srv = quiet_server(PRIORITY__POLICY=policy)
+    with srv.client() as api, httpx.Client(base_url=srv.url) as browser:
+        submit(api, 2, owner="alice")
+        [tq_job] = submit(api, 1, owner="bob", owner_group="lhcb_mc")
+        assert api.post("/priorities/recompute").status_code == 200
+        tq_id = api.get(f"/jobs/{tq_job}").json()["task_queue_id"]
+        shares = browser.get("/ui/shares")
+        assert shares.status_code == 200 and f"policy <strong>{policy}</strong>" in shares.text
+        assert ('id="association-tree"' in shares.text) is (policy == "multifactor")
+        assert ('id="entities"' in shares.text) is (policy == "dirac")
+        assert ('id="queue-priorities"' in shares.text) is (policy != "dirac")
+        queue = browser.get(f"/ui/taskqueues/{tq_id}")
+        assert queue.status_code == 200 and policy in queue.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request, Response
 
 from fairmatch.api.deps import Connection
-from fairmatch.api.schemas import AssociationUsage, PriorityRun
+from fairmatch.api.schemas import AssociationUsage
 from fairmatch.console import auth, render
 from fairmatch.console.routing import console_router
 from fairmatch.priority.origin import origin_columns, origin_headers
@@ -13,18 +13,18 @@ from fairmatch.services import priorities
 from fairmatch.services.background import runner_name
 
 router = console_router()
+LISTED = 200  # task-queue priorities shown (rank, multifactor); the task-queue page lists them all
 
 
 @router.get("/shares")
 async def shares(request: Request, caller: auth.Operator, conn: Connection) -> Response:
     settings = request.app.state.settings
-    # read as the API answers it: the same fields, defaults included
-    run = PriorityRun.model_validate(
-        await priorities.shares(conn, settings, request.app.state.corrections, runner=runner_name())
-    )
+    run = await priorities.shares(conn, settings, request.app.state.corrections, runner=runner_name())
     associations = [AssociationUsage.model_validate(row) for row in await priorities.association_usage(conn, settings)]
-    queues = [{**tq, "columns": origin_columns(run.policy, tq.get("origin"))} for tq in run.task_queue_priorities]
+    # a run holds every queue's priority (10,000 at a large site): only the listed ones are read
+    listed = run.get("task_queue_priorities", [])
+    queues = [{**tq, "columns": origin_columns(run["policy"], tq.get("origin"))} for tq in listed[:LISTED]]
     return render.page(
         request, "shares.html", caller, section="shares", run=run, associations=associations,
-        queues=queues, origin_headers=origin_headers(run.policy),
+        queues=queues, queue_count=len(listed), origin_headers=origin_headers(run["policy"]),
     )  # fmt: skip
