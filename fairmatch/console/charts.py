@@ -102,3 +102,26 @@ def share_chart(
             achieved=totals[group] / grand_total if grand_total else 0.0, target=target,
         ))  # fmt: skip
     return ShareChart(since=since, until=until, samples=len(running), series=series, others=len(totals) - len(drawn))
+
+
+BAR_WIDTH, BAR_HEIGHT, BAR_GAP = 40, 60, 4
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    x: float
+    y: float
+    height: float
+    count: int
+    minutes_ago: int
+
+
+def minute_bars(counts: list[int]) -> list[Bar]:
+    """Matches per minute as bars, oldest on the left, scaled to the busiest minute."""
+    top = max(counts, default=0) or 1
+    bars = []
+    for index, count in enumerate(counts):
+        height = BAR_HEIGHT * count / top
+        bars.append(Bar(x=index * (BAR_WIDTH + BAR_GAP), y=BAR_HEIGHT - height, height=height, count=count,
+                        minutes_ago=len(counts) - index))  # fmt: skip
+    return bars

@@ -51,6 +51,18 @@ class StatusDB(AreaDB):
             for seconds, n in zip(since, numbers, strict=True)
         ]
 
+    async def matches_per_minute(self, now: datetime, minutes: int) -> list[int]:
+        """Matches in each of the last `minutes` whole minutes before `now`, oldest first (one
+        pass over the recent matches of ix_job_events_status_at)."""
+        starts = [now - timedelta(minutes=minutes - n) for n in range(minutes)]
+        at = job_events.c.at
+        counted = [
+            func.coalesce(func.sum(case(((at >= start) & (at < start + timedelta(minutes=1)), 1), else_=0)), 0)
+            for start in starts
+        ]
+        stmt = select(*counted).where(job_events.c.status == JobStatus.Matched.value, at >= starts[0])
+        return [int(n) for n in (await self.conn.execute(stmt)).one()]
+
     async def top_task_queues(self, limit: int) -> list[dict[str, Any]]:
         """The task queues with the most waiting jobs, largest first (ties: lower id first)."""
         waiting = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id).subquery("waiting")

@@ -47,3 +47,9 @@ async def running_history(
     async with read_transaction(conn):
         priorities = PriorityDB.of(conn)
         return await priorities.running_history(since), await priorities.group_shares()
+
+
+async def matches_per_minute(conn: AsyncConnection, now: datetime, minutes: int) -> list[int]:
+    """Matches in each of the last `minutes` minutes, oldest first."""
+    async with read_transaction(conn):
+        return await StatusDB.of(conn).matches_per_minute(now, minutes)

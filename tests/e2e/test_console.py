@@ -271,6 +271,18 @@ def test_the_overview_shows_counts_groups_and_the_busiest_queues(console_as, as_
     assert "lhcb_mc" in page.text and "/ui/taskqueues/" in page.text
 
 
+def test_the_overview_counts_this_minute_s_matches(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 3, owner="alice")
+    for _ in range(2):
+        assert (
+            api.post("/match", json={"Site": "LCG.CERN.cern", "CPUTime": 100_000, "JobType": "any"}).status_code == 200
+        )
+    page = console_as("operator").get("/ui/").text
+    bars = re.findall(r"<title>([\d,]+) matches, (\d+) min ago</title>", page)
+    assert len(bars) == 15 and bars[-1] == ("2", "1") and all(n == "0" for n, _ in bars[:-1])
+
+
 def test_users_land_on_their_jobs(console_as):
     r = console_as("user", sub="alice", groups=["lhcb_user"]).get("/ui/")
     assert r.status_code == 303 and r.headers["location"] == "/ui/jobs"

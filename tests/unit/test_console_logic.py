@@ -76,6 +76,14 @@ def test_no_sample_draws_nothing():
     assert charts.share_chart([], {}, T0, T0 + timedelta(hours=6)).span == "6.0 h"
 
 
+def test_minute_bars_scale_to_the_busiest_minute_oldest_first():
+    bars = charts.minute_bars([0, 5, 10])
+    assert [b.height for b in bars] == [0, charts.BAR_HEIGHT / 2, charts.BAR_HEIGHT]
+    assert [b.y + b.height for b in bars] == [charts.BAR_HEIGHT] * 3  # standing on one baseline
+    assert [b.minutes_ago for b in bars] == [3, 2, 1] and bars[1].x == charts.BAR_WIDTH + charts.BAR_GAP
+    assert [b.height for b in charts.minute_bars([0, 0])] == [0, 0]
+
+
 # --- the warnings -------------------------------------------------------------------------
 
 

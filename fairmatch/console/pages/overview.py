@@ -10,13 +10,14 @@ from fastapi.responses import RedirectResponse
 from fairmatch.api.deps import Connection
 from fairmatch.clock import utcnow
 from fairmatch.console import auth, render
-from fairmatch.console.charts import share_chart
+from fairmatch.console.charts import BAR_GAP, BAR_HEIGHT, BAR_WIDTH, minute_bars, share_chart
 from fairmatch.console.routing import PREFIX, console_router
 from fairmatch.console.warnings import priority_run_state, warnings
 from fairmatch.services import pilots, status
 
 router = console_router()
 EMPTY_MATCH_WINDOW = timedelta(hours=1)
+RATE_MINUTES = 15  # the bars of matches per minute
 
 
 @router.get("/")
@@ -28,12 +29,14 @@ async def overview(request: Request, caller: auth.Viewer, conn: Connection) -> R
     now = summary["generated_at"]
     since = now - timedelta(hours=settings.console.share_hours)
     history, shares = await status.running_history(conn, since)
+    per_minute = await status.matches_per_minute(conn, now, RATE_MINUTES)
     sites = await pilots.per_site(conn, now - EMPTY_MATCH_WINDOW)
     interval = settings.priority.interval_seconds
     return render.page(
         request, "overview.html", caller, section="overview",
         summary=summary,
         chart=share_chart(history, shares, since, utcnow()),
+        bars=minute_bars(per_minute), bar_width=BAR_WIDTH, bar_height=BAR_HEIGHT, gap=BAR_GAP,
         stale=priority_run_state(summary["last_priority_run"], interval, now),
         warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now),
     )  # fmt: skip
