@@ -17,37 +17,40 @@ from fairmatch.console.forms import listed
 from fairmatch.console.routing import console_router
 from fairmatch.matching.eligibility import CONDITION_NAMES
 from fairmatch.matching.pinning import pin_resource
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import LISTED_FIELDS, ResourceDescription
 from fairmatch.services import matching
 
 router = console_router()
 LISTED = 200  # eligible queues shown, the likeliest first: a generic slot may fit thousands
 
-# the form's fields: (the description's key, label, several values?)
+# the form's fields, the description's keys with their labels
 FIELDS = [
-    ("site", "Site (several: the queues any may take)", True),
-    ("cpu_time", "CPU time (s)", False),
-    ("platform", "Platforms", True),
-    ("tags", "Tags", True),
-    ("required_tags", "Required tags", True),
-    ("job_type", "Job types", True),
-    ("owner_group", "Owner groups", True),
-    ("owner", "Owner", False),
-    ("vo", "VO", False),
-    ("grid_ce", "Grid CE", True),
-    ("max_ram_mb", "Max RAM (MB)", False),
-    ("number_of_processors", "Processors", False),
+    ("site", "Site (several: the queues any may take)"),
+    ("cpu_time", "CPU time (s)"),
+    ("platform", "Platforms"),
+    ("tags", "Tags"),
+    ("required_tags", "Required tags"),
+    ("job_type", "Job types"),
+    ("owner_group", "Owner groups"),
+    ("owner", "Owner"),
+    ("vo", "VO"),
+    ("grid_ce", "Grid CE"),
+    ("max_ram_mb", "Max RAM (MB)"),
+    ("number_of_processors", "Processors"),
 ]
+# the keys that take several values: the description's lists, and the dry run's sites
+SEVERAL = LISTED_FIELDS | {"site"}
 
 
 def description_of(query: dict[str, str]) -> dict[str, Any]:
     """The resource description the filled-in fields give, as a pilot would send it."""
     described: dict[str, Any] = {}
-    for key, _, several in FIELDS:
+    for key, _ in FIELDS:
         value = query.get(key, "").strip()
         if value:
             values = listed(value)
-            described[key] = values if several and (key != "site" or len(values) > 1) else value
+            # one site is sent as one, as a pilot sends it
+            described[key] = values if key in SEVERAL and (key != "site" or len(values) > 1) else value
     return described
 
 
@@ -66,6 +69,6 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
             context = matching_context(request)
             answer = await matching.explain(conn, resource, context.settings, context.keeper)
     return render.page(
-        request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, query=query,
+        request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, several=SEVERAL, query=query,
         described=described, answer=answer, problem=problem, conditions=CONDITION_NAMES, listed=LISTED,
     )  # fmt: skip
