@@ -13,11 +13,13 @@ every page the test opens and kept: `Browser.console_errors` lists its SEVERE en
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -113,10 +115,18 @@ class Browser:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
     def click_and_wait(self, element: WebElement, css: str) -> WebElement:
-        """Clicks `element` (a form's button, a link) and waits for the next page's `css`."""
-        before, label = self.driver.find_element(By.TAG_NAME, "html"), element.text
+        """Clicks `element` (a form's button, a link) and waits for the next page's `css`.
+
+        The page left is known by a mark set on its window, which the next document does
+        not have: asking the old page's elements whether they are stale races the
+        navigation (Chromium may then answer with an error of its own, not staleness)."""
+        label, mark = element.text, secrets.token_hex(8)
+        self.driver.execute_script("window.fairmatchTestPage = arguments[0]", mark)
         element.click()
-        self.wait(ec.staleness_of(before), message=f"the click on {label!r} opened no page")
+        WebDriverWait(self.driver, WAIT_SECONDS, poll_frequency=0.05, ignored_exceptions=[WebDriverException]).until(
+            lambda d: d.execute_script("return window.fairmatchTestPage || null") != mark,
+            f"the click on {label!r} opened no page",
+        )
         self.loaded()
         self.opened.append(self.driver.current_url)
         return self.find(css)
