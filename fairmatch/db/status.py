@@ -7,6 +7,7 @@ statements run on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqlalchemy import case, func, select
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.tables import job_events, jobs, priority_runs, task_queues, tq_jobs
+from fairmatch.db.tables import job_events, jobs, priority_runs, status_in, task_queues, tq_jobs
 from fairmatch.jobs.lifecycle import JobStatus
 
 # the non-final states: where jobs are now, per group
@@ -25,17 +26,24 @@ MATCH_WINDOWS = (60, 300)  # seconds
 class StatusDB(AreaDB):
     """Read-only figures across the tables, for operators."""
 
-    async def jobs_per_group(self) -> list[dict[str, Any]]:
-        """One row per group with active jobs: how many are in each non-final state."""
+    async def jobs_per_group(self, waiting: Mapping[str, int]) -> list[dict[str, Any]]:
+        """One row per group with active jobs: how many are in each non-final state. The
+        Waiting ones are `waiting`'s (counted from tq_jobs by `waiting_queues`); the others,
+        few beside them, are read through ix_jobs_status_id."""
         stmt = (
             select(jobs.c.owner_group, jobs.c.status, func.count())
-            .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+            .where(status_in(s for s in ACTIVE if s is not JobStatus.Waiting))
             .group_by(jobs.c.owner_group, jobs.c.status)
         )
         counts: dict[str, dict[str, Any]] = {}
+
+        def row_of(group: str) -> dict[str, Any]:
+            return counts.setdefault(group, {"owner_group": group, **{s.lower(): 0 for s in ACTIVE}})
+
         for group, status, number in (await self.conn.execute(stmt)).all():
-            row = counts.setdefault(group, {"owner_group": group, **{s.lower(): 0 for s in ACTIVE}})
-            row[status.lower()] = int(number)
+            row_of(group)[status.lower()] = int(number)
+        for group, number in waiting.items():
+            row_of(group)["waiting"] = number
         return [counts[name] for name in sorted(counts)]
 
     async def match_rate(self, now: datetime) -> list[dict[str, Any]]:
@@ -63,15 +71,13 @@ class StatusDB(AreaDB):
         stmt = select(*counted).where(job_events.c.status == JobStatus.Matched.value, at >= starts[0])
         return [int(n) for n in (await self.conn.execute(stmt)).one()]
 
-    async def top_task_queues(self, limit: int) -> list[dict[str, Any]]:
-        """The task queues with the most waiting jobs, largest first (ties: lower id first)."""
+    async def waiting_queues(self) -> list[dict[str, Any]]:
+        """Every task queue with waiting jobs, and how many: one pass over tq_jobs, which
+        holds exactly the Waiting jobs (narrower than the jobs table, whose pass it spares)."""
         waiting = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id).subquery("waiting")
         tq = task_queues
-        stmt = (
-            select(tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, waiting.c.jobs)
-            .join(waiting, waiting.c.tq_id == tq.c.id)
-            .order_by(waiting.c.jobs.desc(), tq.c.id)
-            .limit(limit)
+        stmt = select(tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, waiting.c.jobs).join(
+            waiting, waiting.c.tq_id == tq.c.id
         )
         return [
             {"task_queue_id": r.id, "owner": r.owner, "owner_group": r.owner_group,

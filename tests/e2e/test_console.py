@@ -265,10 +265,18 @@ def test_the_overview_shows_counts_groups_and_the_busiest_queues(console_as, as_
     api = as_role("admin")
     submit(api, 3, owner="alice")
     submit(api, 2, owner="bob", owner_group="lhcb_mc")
+    [held] = submit(api, 1, owner="carol")
+    assert api.post("/jobs/hold", json={"filter": {"job_ids": [held]}}).json()["changed"] == 1
     page = console_as("operator").get("/ui/")
     assert page.status_code == 200
     assert '<div class="figure" data-figure="waiting">5</div>' in page.text
+    assert '<div class="figure" data-figure="held">1</div>' in page.text
     assert "lhcb_mc" in page.text and "/ui/taskqueues/" in page.text
+    status = api.get("/status").json()
+    assert status["totals"] == {"waiting": 5, "held": 1, "matched": 0, "running": 0, "stalled": 0}
+    assert [(g["owner_group"], g["waiting"], g["held"]) for g in status["groups"]] == [("lhcb_mc", 2, 0),
+                                                                                      ("lhcb_user", 3, 1)]  # fmt: skip
+    assert [tq["jobs"] for tq in status["top_task_queues"]] == [3, 2]
 
 
 def test_the_overview_counts_this_minute_s_matches(console_as, as_role):
