@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -22,18 +21,14 @@ async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
-        queues = await status.waiting_queues()
-        waiting: Counter[str] = Counter()
-        for queue in queues:
-            waiting[queue["owner_group"]] += queue["jobs"]
+        waiting, busiest = await status.waiting(top)
         groups = await status.jobs_per_group(waiting)
         return {
             "generated_at": now,
             "totals": {s.lower(): sum(g[s.lower()] for g in groups) for s in ACTIVE},
             "groups": groups,
             "match_rate": await status.match_rate(now),
-            # the most waiting jobs first, ties by lower id
-            "top_task_queues": sorted(queues, key=lambda q: (-q["jobs"], q["task_queue_id"]))[:top],
+            "top_task_queues": busiest,
             "last_priority_run": await status.last_priority_run(),
             "last_purge": await RetentionDB.of(conn).last_run(),
             "database_warnings": dangers(await status.server_settings()),
