@@ -73,6 +73,12 @@ PAGES: list[tuple[str, str]] = [
     ("jobs, first page", "/ui/jobs"),
     ("jobs, one owner's running", "/ui/jobs?owner={running_owner}&status=Running"),
     ("job, a running one", "/ui/jobs/{running_job}"),
+    # the API's answers of the same figures, as JSON: the reference each page is measured against
+    ("API: GET /status", "/api/v1/status"),
+    ("API: GET /shares", "/api/v1/shares"),
+    ("API: GET /associations/usage", "/api/v1/associations/usage"),
+    ("API: GET /taskqueues (every queue)", "/api/v1/taskqueues"),
+    ("API: GET /jobs?limit=50", "/api/v1/jobs?limit=50"),
 ]
 
 GROUPS = ["lhcb_user", "lhcb_mc", "lhcb_data", "lhcb_calib", "lhcb_sprucing", "lhcb_pilot", "lhcb_sgm",
