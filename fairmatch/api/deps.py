@@ -93,14 +93,22 @@ def _bearer(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def allow(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
-    """The dependency that gives the caller when its role is one of `roles` (401 without
-    a valid token, 403 for another role). Its `roles` attribute names them."""
+def bearer_caller(request: Request) -> Principal:
+    """The API's caller: the one its bearer token names."""
+    return authenticate(request, _bearer(request))
+
+
+def allow(
+    *roles: Role, identify: Callable[[Request], Principal] = bearer_caller
+) -> Callable[[Request], Awaitable[Principal]]:
+    """The dependency that gives the caller `identify` finds (the API's: by its bearer token;
+    401 without a valid one) when its role is one of `roles`, and 403 for another role. Its
+    `roles` attribute names them."""
     admitted = frozenset(roles)
     names = ", ".join(r.value for r in roles)
 
     async def caller(request: Request) -> Principal:
-        principal = authenticate(request, _bearer(request))
+        principal = identify(request)
         if principal.role not in admitted:
             raise Forbidden(f"role {principal.role.value} may not do this (allowed: {names})")
         return principal

@@ -17,13 +17,12 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
-from fairmatch.api.deps import authenticate
+from fairmatch.api.deps import allow, authenticate
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal, Role
 from fairmatch.errors import FairmatchError, Forbidden, Unauthorized
@@ -62,25 +61,10 @@ def _refuse_pilots(principal: Principal) -> None:
         raise Forbidden("pilots have no console: sign in with an operator's, admin's or user's token")
 
 
-def admit(*roles: Role) -> Callable[[Request], Awaitable[Principal]]:
-    """The dependency that gives the console's caller when its role is one of `roles`.
-    Its `roles` attribute names them, as the API's role dependencies do."""
-    admitted = frozenset(roles)
-    names = ", ".join(r.value for r in roles)
-
-    async def caller(request: Request) -> Principal:
-        principal = visitor(request)
-        if principal.role not in admitted:
-            raise Forbidden(f"role {principal.role.value} may not open this page (allowed: {names})")
-        return principal
-
-    caller.roles = roles  # type: ignore[attr-defined]
-    return caller
-
-
-Viewer = Annotated[Principal, Depends(admit(*policy.SUBMITTERS))]
-Operator = Annotated[Principal, Depends(admit(*policy.OPERATORS))]
-Admin = Annotated[Principal, Depends(admit(*policy.ADMINS))]
+# The callers a page admits: the API's role dependencies, identifying the session's visitor.
+Viewer = Annotated[Principal, Depends(allow(*policy.SUBMITTERS, identify=visitor))]
+Operator = Annotated[Principal, Depends(allow(*policy.OPERATORS, identify=visitor))]
+Admin = Annotated[Principal, Depends(allow(*policy.ADMINS, identify=visitor))]
 
 
 def csrf_token(request: Request) -> str:
