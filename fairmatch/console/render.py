@@ -12,7 +12,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from fairmatch.auth.tokens import Principal, Role
+from fairmatch.auth import policy
+from fairmatch.auth.tokens import Principal
 from fairmatch.console import auth
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -37,14 +38,15 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
-# What the navigation bar lists, and who sees each entry.
+# What the navigation bar lists, and who sees each entry: roles each page admits
+# (tests/unit/test_route_roles.py holds them to the pages' own); users land on their jobs.
 NAVIGATION = [
-    ("overview", "Overview", "/ui/", frozenset({Role.admin, Role.operator})),
-    ("taskqueues", "Task queues", "/ui/taskqueues", frozenset({Role.admin, Role.operator, Role.user})),
-    ("why-not", "Why not", "/ui/why-not", frozenset({Role.admin, Role.operator})),
-    ("shares", "Shares", "/ui/shares", frozenset({Role.admin, Role.operator})),
-    ("sites", "Sites & pilots", "/ui/sites", frozenset({Role.admin, Role.operator})),
-    ("jobs", "Jobs", "/ui/jobs", frozenset({Role.admin, Role.operator, Role.user})),
+    ("overview", "Overview", "/ui/", policy.OPERATORS),
+    ("taskqueues", "Task queues", "/ui/taskqueues", policy.SUBMITTERS),
+    ("why-not", "Why not", "/ui/why-not", policy.OPERATORS),
+    ("shares", "Shares", "/ui/shares", policy.OPERATORS),
+    ("sites", "Sites & pilots", "/ui/sites", policy.OPERATORS),
+    ("jobs", "Jobs", "/ui/jobs", policy.SUBMITTERS),
 ]
 
 

@@ -26,6 +26,7 @@ from fairmatch.api.deps import OPEN_PATHS, Admin, AnyRole, Operators, Submitters
 from fairmatch.auth import policy
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Principal, Role, TokenVerifier, create_token
+from fairmatch.console.render import NAVIGATION
 from fairmatch.main import API_PREFIX, create_app
 from fairmatch.settings import load_settings
 
@@ -192,6 +193,11 @@ def test_every_console_page_has_the_roles_of_the_table(app):
         if path.startswith("/ui/") and path not in OPEN_PATHS
     }
     assert declared == CONSOLE_ROLES
+
+
+def test_the_navigation_links_only_to_pages_the_role_may_open():
+    for _, _, path, roles in NAVIGATION:
+        assert set(roles) <= CONSOLE_ROLES["GET", path], path
 
 
 def test_a_pilot_opens_no_console_page(app):
