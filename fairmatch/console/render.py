@@ -105,4 +105,8 @@ def page(
         signed_in_with_token=auth.session_token(request) is not None,
         **context,
     )
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    form_key = auth.new_form_key(request)
+    if form_key is not None:
+        auth.keep_cookie(response, request, auth.FORM_KEY_COOKIE, form_key)
+    return response

@@ -58,10 +58,7 @@ async def sign_in(request: Request) -> Response:
     except FairmatchError as exc:
         return render.page(request, "sign_in.html", None, status=exc.status, next=target, problem=exc.detail)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        auth.COOKIE, token, max_age=seconds, path=auth.COOKIE_PATH, httponly=True, samesite="strict",
-        secure=request.url.scheme == "https",
-    )  # fmt: skip
+    auth.keep_cookie(response, request, auth.COOKIE, token, max_age=seconds)
     return response
 
 

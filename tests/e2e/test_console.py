@@ -307,6 +307,7 @@ def test_names_are_escaped_everywhere_they_are_shown(console_as, as_role):
 
 # --- why not, shares, sites ----------------------------------------------------------------
 
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 ROW = re.compile(r'<tr data-tq="(\d+)" data-probability="([0-9.e-]+)">')
 CONDITION = re.compile(r'<tr data-condition="(\w+)"><td>\w+</td><td class="num">(\d+)</td></tr>')
 
@@ -380,3 +381,28 @@ def test_shares_and_a_queue_s_priority_show_under_every_policy(quiet_server, pol
         assert ('id="queue-priorities"' in shares.text) is (policy != "dirac")
         queue = browser.get(f"/ui/taskqueues/{tq_id}")
         assert queue.status_code == 200 and policy in queue.text
+
+
+def test_without_authentication_a_form_served_by_one_process_is_taken_by_another(server, server_factory, clean):
+    """The form key lives in the browser's cookie, not in a process: behind one port, the
+    workers of `server.workers` take each other's forms."""
+    other = server_factory()
+    with httpx.Client(base_url=server.url) as browser:
+        page = browser.get("/ui/sites")
+        assert "fairmatch_console_forms=" in page.headers["set-cookie"]
+        assert "httponly" in page.headers["set-cookie"].lower()
+        assert "samesite=strict" in page.headers["set-cookie"].lower()
+        token = CSRF.search(page.text).group(1)
+        key = browser.cookies["fairmatch_console_forms"]
+    form = {"site": "LCG.CERN.cern", "reason": "CE down", "confirmed": "yes", "csrf": token}
+    with httpx.Client(base_url=other.url, cookies={"fairmatch_console_forms": key}) as browser:
+        done = browser.post("/ui/actions/site-mask/ban", data=form, headers={"Origin": other.url})
+        assert done.status_code == 200 and 'id="done"' in done.text
+    with httpx.Client(base_url=other.url) as stranger:  # the same token, without the browser's cookie
+        refused = stranger.post("/ui/actions/site-mask/ban", data=form, headers={"Origin": other.url})
+        assert refused.status_code == 403
+    with httpx.Client(
+        base_url=other.url, cookies={"fairmatch_console_forms": "another browser's key"}
+    ) as other_browser:
+        assert other_browser.post("/ui/actions/site-mask/ban", data=form,
+                                  headers={"Origin": other.url}).status_code == 403  # fmt: skip
