@@ -45,7 +45,7 @@ JOB_ACTIONS = {
     bulk.BulkAction.release: "Release: the held jobs wait in their task queues again, at the place their ids give them.",
     bulk.BulkAction.kill: "Kill: every unfinished job ends as Killed. This cannot be undone.",
 }
-SELECTION_FIELDS = ("owner", "owner_group", "account", "status", "site", "task_queue_id", "since", "until", "job_ids")
+SELECTION_FIELDS = tuple(JobSelection.model_fields)  # the listing's filters and job_ids
 
 
 async def _posted(request: Request) -> dict[str, str]:
