@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 
@@ -114,3 +115,13 @@ class ArchiveUnavailable(FairmatchError):
     status = 503
     title = "Archive unavailable"
     kind = "archive-unavailable"
+
+
+def invalid_fields(errors: Sequence[Mapping[str, Any]], shown: int = 5) -> str:
+    """Validation errors in one line, each where it is and what is wrong: `loc: msg; ...`,
+    the first `shown` of them."""
+    where = "; ".join(
+        f"{'.'.join(str(p) for p in error.get('loc', ())) or 'input'}: {error.get('msg', '')}"
+        for error in errors[:shown]
+    )
+    return where + (f" (and {len(errors) - shown} more)" if len(errors) > shown else "")

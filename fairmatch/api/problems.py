@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.status import HTTP_400_BAD_REQUEST, HTTP_422_UNPROCESSABLE_CONTENT
 
 from fairmatch.db.errors import translated
-from fairmatch.errors import DatabaseUnavailable, FairmatchError, ValueRefused
+from fairmatch.errors import DatabaseUnavailable, FairmatchError, ValueRefused, invalid_fields
 
 log = logging.getLogger("fairmatch.api")
 
@@ -53,9 +53,9 @@ async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONR
             kind="malformed-json",
             errors=errors,
         )
-    where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return problem(HTTP_422_UNPROCESSABLE_CONTENT, "Invalid input", where + more, kind="invalid-input", errors=errors)
+    return problem(
+        HTTP_422_UNPROCESSABLE_CONTENT, "Invalid input", invalid_fields(errors), kind="invalid-input", errors=errors
+    )
 
 
 async def _on_domain_error(request: Request, exc: FairmatchError) -> JSONResponse:

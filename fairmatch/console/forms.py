@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
+from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import Request
@@ -25,3 +27,15 @@ async def read_form(request: Request) -> dict[str, str]:
 def listed(text: str) -> list[str]:
     """A field holding several values, separated by commas or spaces."""
     return [value for value in text.replace(",", " ").split() if value]
+
+
+def chosen(values: Iterable[tuple[str, str]], several: Collection[str]) -> dict[str, Any]:
+    """The fields filled in (blank ones dropped, a field given twice keeps its last value);
+    those in `several` gather every value given, each separated by commas or spaces."""
+    found: dict[str, Any] = {}
+    for name, value in values:
+        if name in several:
+            found.setdefault(name, []).extend(listed(value))
+        elif value.strip():
+            found[name] = value.strip()
+    return {name: value for name, value in found.items() if value}

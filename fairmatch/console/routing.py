@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from fairmatch.console import auth, render
-from fairmatch.errors import FairmatchError
+from fairmatch.errors import FairmatchError, invalid_fields
 
 log = logging.getLogger("fairmatch.console")
 
@@ -41,10 +41,7 @@ class ConsoleRoute(APIRoute):
                 return RedirectResponse(f"{PREFIX}/sign-in?next={where}", status_code=303)
             except (RequestValidationError, ValidationError) as exc:
                 # a query's, a form's or a description's values: each named with what is wrong
-                detail = "; ".join(
-                    f"{'.'.join(str(p) for p in error.get('loc', ())) or 'input'}: {error.get('msg', '')}"
-                    for error in exc.errors()
-                )
+                detail = invalid_fields(exc.errors())
                 return render.page(request, "error.html", None, status=422, title="Invalid input", detail=detail)
             except FairmatchError as exc:
                 if exc.status >= 500:

@@ -8,8 +8,6 @@ Every post carries the session's CSRF token and comes from the console's origin.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import Request, Response
 from pydantic import BaseModel
 
@@ -18,7 +16,7 @@ from fairmatch.api.site_mask import Ban, SiteName
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
 from fairmatch.console import auth, render
-from fairmatch.console.forms import listed, read_form
+from fairmatch.console.forms import chosen, read_form
 from fairmatch.console.routing import console_router, local_path
 from fairmatch.errors import InvalidInput
 from fairmatch.jobs.filters import JobSelection
@@ -69,11 +67,8 @@ def _done(request: Request, caller: Principal, form: dict[str, str], *, title: s
 
 def selection_of(form: dict[str, str]) -> JobSelection:
     """The jobs a bulk form names: the listing's filters and/or job ids (ValidationError if none)."""
-    chosen: dict[str, Any] = {name: form[name].strip() for name in SELECTION_FIELDS if form.get(name, "").strip()}
-    for many in ("status", "job_ids"):
-        if many in chosen:
-            chosen[many] = listed(chosen[many])
-    return JobSelection.model_validate(chosen)
+    fields = ((name, value) for name, value in form.items() if name in SELECTION_FIELDS)
+    return JobSelection.model_validate(chosen(fields, several=("status", "job_ids")))
 
 
 @router.post("/actions/jobs/{action}")

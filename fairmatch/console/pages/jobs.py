@@ -19,7 +19,7 @@ from fairmatch.api.deps import Connection
 from fairmatch.api.jobs import JobId, decode_cursor, encode_cursor
 from fairmatch.auth import policy
 from fairmatch.console import auth, render
-from fairmatch.console.forms import listed
+from fairmatch.console.forms import chosen
 from fairmatch.console.routing import PREFIX, console_router
 from fairmatch.jobs.filters import JobFilter
 from fairmatch.jobs.lifecycle import JobStatus
@@ -37,18 +37,15 @@ def _filters_of(request: Request) -> tuple[JobFilter, dict[str, str]]:
     """The listing's filters from the query string, and the same as text for the forms
     (blank fields dropped). A parameter the listing does not take or a bad value is a 422
     page, as `GET /jobs` refuses them."""
-    params = request.query_params
-    given = {name: value.strip() for name, value in params.items() if name not in ("status", CURSOR) and value.strip()}
     # the multi-select repeats `status`; typed by hand, the states are separated by commas
-    statuses = [state for value in params.getlist("status") for state in listed(value)]
-    if statuses:
-        given["status"] = ",".join(statuses)
+    filled = chosen(((k, v) for k, v in request.query_params.multi_items() if k != CURSOR), several=("status",))
+    given = {name: ",".join(value) if isinstance(value, list) else value for name, value in filled.items()}
     try:
-        chosen = JobFilter.model_validate({**given, "status": statuses})
+        selected = JobFilter.model_validate(filled)
     except ValidationError as exc:
         # raised as the route's own validation error, so that routing shows its 422 page
         raise RequestValidationError([{**e, "loc": ("query", *e["loc"])} for e in exc.errors()]) from None
-    return chosen, given
+    return selected, given
 
 
 def _last_update(job: dict[str, Any]) -> datetime | None:

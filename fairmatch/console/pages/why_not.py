@@ -15,6 +15,7 @@ from fairmatch.api.deps import Connection, matching_context
 from fairmatch.console import auth, render
 from fairmatch.console.forms import listed
 from fairmatch.console.routing import console_router
+from fairmatch.errors import invalid_fields
 from fairmatch.matching.eligibility import CONDITION_NAMES
 from fairmatch.matching.pinning import pin_resource
 from fairmatch.matching.resource import LISTED_FIELDS, ResourceDescription
@@ -63,7 +64,7 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
         try:
             resource = pin_resource(caller, ResourceDescription.model_validate(described))
         except ValidationError as exc:
-            problem = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            problem = invalid_fields(exc.errors())
             status = 422
         else:
             context = matching_context(request)
