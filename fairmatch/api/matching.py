@@ -65,7 +65,7 @@ async def matching_task_queues(
     return await service.explain(conn, resource, context.settings, context.keeper)
 
 
-def visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
+def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
     """The queues of `tqs` the caller sees (users: those of their own jobs)."""
     restrictions = policy.queue_restrictions(caller)
     return [tq for tq in tqs if policy.sees_queue(restrictions, tq)]
@@ -74,12 +74,12 @@ def visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
 async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
     tqs = await taskqueues.read_task_queues(conn)
-    return {"task_queues": visible_task_queues(caller, tqs)}
+    return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
 async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection) -> dict:
-    found = visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
+    found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")
     return found[0]

@@ -8,7 +8,7 @@ samples draws as fast as an hour's.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,10 +74,9 @@ def share_chart(
         per_group = running[at]
         if group:
             per_group[group] = count
-    totals = {group: 0 for per_group in running.values() for group in per_group}
+    totals: Counter[str] = Counter()
     for per_group in running.values():
-        for group, count in per_group.items():
-            totals[group] += count
+        totals.update(per_group)
     drawn = sorted(sorted(totals, key=lambda g: -totals[g])[:MAX_GROUPS])
     shared = sum(shares.get(group, 0.0) for group in drawn)
     span = (until - since) / BUCKETS

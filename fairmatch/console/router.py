@@ -8,6 +8,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 
+from fairmatch.auth.settings import AuthMode
 from fairmatch.console import auth, render
 from fairmatch.console.forms import read_form
 from fairmatch.console.pages import ROUTERS
@@ -39,7 +40,7 @@ async def static_file(name: str) -> Response:
 @router.get("/sign-in")
 async def sign_in_page(request: Request, next: str | None = None) -> Response:
     settings = request.app.state.settings
-    if settings.auth.mode.value == "none":
+    if settings.auth.mode is AuthMode.none:
         return RedirectResponse(local_path(next), status_code=303)
     return render.page(request, "sign_in.html", None, next=local_path(next), problem=None)
 
