@@ -35,7 +35,7 @@ from pathlib import Path
 from fairmatch.db import migrate
 from fairmatch.db.engine import create_engine
 from fairmatch.jobs.models import JobSpec
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import ClaimingResource
 from fairmatch.services import matching, priorities, submission
 from fairmatch.services.keeper import Keeper
 from fairmatch.settings import Settings
@@ -78,7 +78,7 @@ async def _fairmatch(url: str, matches: int) -> float:
     settings = Settings(database_url=url)
     engine = create_engine(url, pool_size=1)
     keeper, rng = Keeper(settings.matching), random.Random(2)
-    pilot = ResourceDescription(**PILOT)
+    pilot = ClaimingResource(**PILOT)
     try:
         async with engine.connect() as conn:
             started = time.perf_counter()

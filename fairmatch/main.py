@@ -26,6 +26,7 @@ from fairmatch.api import (
     pilots,
     priorities,
     problems,
+    running,
     site_limits,
     site_mask,
 )
@@ -61,6 +62,7 @@ ROUTERS: list[tuple[APIRouter, str]] = [
     (job_classes.router, API_PREFIX),
     (matching.router, API_PREFIX),
     (priorities.router, API_PREFIX),
+    (running.router, API_PREFIX),
     (status_api.router, API_PREFIX),
     (site_limits.router, API_PREFIX),
     (site_mask.router, API_PREFIX),

@@ -121,12 +121,15 @@ class RetentionSettings(Section):
     done_days: float = Field(7, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Done job is deleted.")
     failed_days: float = Field(14, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Failed job is deleted.")
     killed_days: float = Field(7, gt=0, le=MAX_DAYS, description="Days after `finished_at` a Killed job is deleted.")
+    handed_off_days: float = Field(
+        7, gt=0, le=MAX_DAYS, description="Days after it was handed off (`finished_at`) a HandedOff job is deleted."
+    )
     events_days: float | None = Field(
         None,
         gt=0,
         le=MAX_DAYS,
         description="Days after `finished_at` a finished job's events are deleted, the job staying "
-        "until its own time. Unset: the events go with the job. Must be shorter than the three above.",
+        "until its own time. Unset: the events go with the job. Must be shorter than the four above.",
     )
     request_ids_hours: float = Field(
         24,
@@ -161,7 +164,7 @@ class RetentionSettings(Section):
 
     @model_validator(mode="after")
     def _events_go_before_their_jobs(self) -> RetentionSettings:
-        shortest = min(self.done_days, self.failed_days, self.killed_days)
+        shortest = min(self.done_days, self.failed_days, self.killed_days, self.handed_off_days)
         if self.events_days is not None and self.events_days >= shortest:
             raise ValueError(
                 f"retention.events_days = {self.events_days:g} is not shorter than the {shortest:g} days "
@@ -179,8 +182,9 @@ class RetentionSettings(Section):
         return self
 
     def days_of(self, status: str) -> float:
-        """How many days a job finished with `status` (Done, Failed, Killed) is kept."""
-        return {"Done": self.done_days, "Failed": self.failed_days, "Killed": self.killed_days}[status]
+        """How many days a job finished with `status` (Done, Failed, Killed, HandedOff) is kept."""
+        days = {"Done": self.done_days, "Failed": self.failed_days, "Killed": self.killed_days}
+        return days.get(status, self.handed_off_days)
 
 
 POLICY_LOTTERY = {"dirac": Lottery.exact, "rank": Lottery.highest, "multifactor": Lottery.highest}

@@ -279,8 +279,8 @@ def servers_on(db: TestDatabase, directory: Path, start: Start = start_server) -
 
 
 @pytest.fixture
-def server_factory(database, tmp_path) -> Iterator[Start]:
-    """Start extra servers with other settings on the session's database; stopped after the test."""
+def server_factory(database, clean, tmp_path) -> Iterator[Start]:
+    """Start extra servers with other settings on the session's database, emptied first; stopped after the test."""
     yield from servers_on(database, tmp_path)
 
 

@@ -16,6 +16,7 @@ from fairmatch.api.schemas import Job, JobHistory, JobPage, PurgeResult, SubmitR
 from fairmatch.auth import policy
 from fairmatch.clock import utcnow
 from fairmatch.errors import BadRequest, InvalidInput
+from fairmatch.fields import Name
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import MAX_ID, JobQuery
@@ -30,6 +31,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 reports = APIRouter(prefix="/jobs", tags=["jobs"])
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+ExternalId = Annotated[Name, Path(description="The submitter's own id for the job (`external_id`).")]
 
 
 def encode_cursor(after_id: int) -> str:
@@ -109,6 +111,31 @@ async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery
 @router.get("/{job_id}", response_model=Job, summary="One job")
 async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
     return await jobs.get(conn, job_id, policy.job_scope(caller))
+
+
+@router.get("/by-external-id/{external_id}", response_model=Job, summary="The job known by a submitter's id")
+async def get_job_by_external_id(external_id: ExternalId, caller: AnyRole, conn: Connection) -> dict:
+    """The unfinished job holding the external id, else the newest job that held it (the id is
+    free again once its job finished or was handed off). 404 when no job the caller sees has it."""
+    return await jobs.by_external_id(conn, external_id, policy.job_scope(caller))
+
+
+@router.delete(
+    "/by-external-id/{external_id}",
+    response_model=Job,
+    responses={
+        409: {
+            "description": "The job holding the id is no longer waiting (a match took it first).",
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    },
+    summary="Withdraw the waiting job known by a submitter's id",
+)
+async def withdraw_job(external_id: ExternalId, caller: Submitters, conn: Connection) -> dict:
+    """The Waiting or Held job holding the id leaves its task queue for good and ends Killed,
+    as DIRAC's `deleteJob` takes a job out of its TaskQueueDB. 404 when no unfinished job the
+    caller sees holds the id; users withdraw their own jobs only."""
+    return await jobs.withdraw(conn, external_id, policy.job_scope(caller), by=caller.sub)
 
 
 @router.get("/{job_id}/history", response_model=JobHistory, summary="What happened to a job, and who did it")

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path, Request, Response
 from fairmatch.api.deps import (
     Connection,
     Matching,
+    Operators,
     Pilots,
     PilotsAndOperators,
     Submitters,
@@ -21,7 +22,7 @@ from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
 from fairmatch.errors import NotFound
 from fairmatch.matching.pinning import pin_resource
-from fairmatch.matching.resource import ClaimingResource, ResourceDescription
+from fairmatch.matching.resource import ClaimingResource, DryRunResource
 from fairmatch.services import matching as service
 from fairmatch.services import taskqueues
 
@@ -59,10 +60,10 @@ async def match(resource: ClaimingResource, caller: Pilots, request: Request) ->
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: ResourceDescription, caller: PilotsAndOperators, conn: Connection, context: Matching
+    resource: DryRunResource, caller: PilotsAndOperators, conn: Connection, context: Matching
 ) -> dict:
     resource = pin_resource(caller, resource)
-    return await service.explain(conn, resource, context.settings, context.keeper)
+    return await service.explain(conn, resource, context.settings, context.keeper, include_empty=resource.include_empty)
 
 
 def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
@@ -75,6 +76,27 @@ def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
 async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
     tqs = await taskqueues.read_task_queues(conn)
     return {"task_queues": _visible_task_queues(caller, tqs)}
+
+
+TaskQueueId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The task queue's id.")]
+
+
+@router.delete(
+    "/taskqueues/{tq_id}",
+    status_code=204,
+    responses={
+        404: {"description": "No such task queue.",
+              "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}},
+        409: {"description": "The queue still holds waiting jobs.",
+              "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}},
+    },
+    summary="Delete an empty task queue now (operator)",
+)  # fmt: skip
+async def delete_task_queue(tq_id: TaskQueueId, caller: Operators, conn: Connection) -> Response:
+    """As DIRAC's `deleteTaskQueueIfEmpty`. Empty queues are otherwise deleted by the
+    background sweep once unchanged for a while; a queue holding jobs stays (409)."""
+    await taskqueues.delete_task_queue(conn, tq_id)
+    return Response(status_code=204)
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")

@@ -14,6 +14,7 @@ class SubmittedJob(BaseModel):
     job_id: int
     task_queue_id: int
     status: str
+    external_id: str | None = Field(description="The submitter's own id for the job, when it gave one.")
 
 
 class SubmitResponse(BaseModel):
@@ -29,6 +30,7 @@ class PurgeResult(BaseModel):
 
 class Job(BaseModel):
     job_id: int
+    external_id: str | None = Field(description="The submitter's own id for the job (DIRAC's JobID), if given.")
     status: str
     minor_status: str | None = Field(description="Free text beside the status: `Assigned` once matched, as in DIRAC.")
     task_queue_id: int | None = Field(
@@ -97,7 +99,8 @@ class JobEvent(BaseModel):
     minor_status: str | None
     source: str = Field(
         description="What made the change: submit, match, api (a status report), reschedule, kill, priority,"
-        " hold, release, lease (a pilot that never confirmed), stall (the stalled-job watchdog)."
+        " hold, release, lease (a pilot that never confirmed), stall (the stalled-job watchdog), withdraw (by"
+        " its external id), replace (a new job took its external id)."
     )
     by: str | None = Field(
         description="Who acted: the caller's identity (its token's subject), `system` for the service's own"

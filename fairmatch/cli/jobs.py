@@ -332,6 +332,7 @@ class FinalStatus(StrEnum):
     Done = "Done"
     Failed = "Failed"
     Killed = "Killed"
+    HandedOff = "HandedOff"
 
 
 def parse_duration(text: str) -> float:
@@ -361,7 +362,7 @@ def purge(
         typer.Option(
             parser=enum_parser(FinalStatus),
             metavar="STATUS",
-            help="Only jobs in this final status (repeatable; default Done, Failed and Killed).",
+            help="Only jobs in this final status (repeatable; default every final status).",
         ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the jobs that would be purged.")] = False,

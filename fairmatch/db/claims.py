@@ -4,8 +4,8 @@ PostgreSQL: one statement. The candidates (the lowest `candidates` ids of
 the drawn user-priority level, or the one job asked for) are ordered at
 random and the first one nobody else holds is locked (`FOR UPDATE SKIP
 LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
-over, never waited for). It is then removed from tq_jobs, marked Matched,
-its event and idempotency key recorded, the pilot that took it (when it names its
+over, never waited for). It is then removed from tq_jobs, marked Matched (or
+HandedOff, final and without a lease, when the request hands it off), its event and idempotency key recorded, the pilot that took it (when it names its
 reference) created or updated in `pilots` - all or nothing, committed before
 the answer leaves. It writes the job's narrow state row only; the answer reads
 the requirements and payload from job_specs, which a claim never writes. It runs on the driver's own connection (fairmatch/db/raw.py),
@@ -43,6 +43,7 @@ from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
 from fairmatch.db.tables import job_specs, jobs, match_requests, tq_jobs
 from fairmatch.errors import DuplicateRequest, UniqueViolation
+from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Refused
 
@@ -51,7 +52,7 @@ from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Re
 class Claimant:
     """Who claims, as a claim records it on the job."""
 
-    site: str
+    site: str | None  # None: a hand-off that names no site (no pilot goes on record then)
     pilot_reference: str | None
     grid_ce: str | None  # the CE the pilot runs behind, when it names exactly one
     requester: str  # the caller's identity; it scopes request ids
@@ -60,6 +61,8 @@ class Claimant:
     benchmark: float | None = None  # the pilot's own measure of its CPU (PilotBenchmark)
     # the request's matching fields as JSON, kept with its request id (None without one)
     request_resource: str | None = None
+    # the job leaves for good (HandedOff, final, no lease) instead of being Matched
+    handoff: bool = False
 
 
 _LEVEL_CANDIDATES = """
@@ -92,7 +95,7 @@ WITH picked AS MATERIALIZED (
     RETURNING t.job_id
 ), matched AS (
     UPDATE jobs
-    SET status = 'Matched',
+    SET status = %(status)s,
         minor_status = 'Assigned',
         site = %(site)s,
         pilot_reference = %(pilot_reference)s,
@@ -100,13 +103,14 @@ WITH picked AS MATERIALIZED (
         matched_by = %(requester)s,
         matched_at = %(now)s,
         lease_expires_at = %(lease_until)s,
+        finished_at = %(finished_at)s,
         task_queue_id = %(tq_id)s
     FROM removed
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
 ), event AS (
     INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    SELECT id, 'Matched', 'Assigned', %(now)s, 'match', %(requester)s FROM matched
+    SELECT id, %(status)s, 'Assigned', %(now)s, 'match', %(requester)s FROM matched
 ), request AS (
     INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
     SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s, CAST(%(request_resource)s AS json) FROM matched
@@ -117,7 +121,7 @@ WITH picked AS MATERIALIZED (
     SELECT CAST(%(pilot_reference)s AS varchar), %(requester)s, %(site)s, %(grid_ce)s,
            CAST(%(benchmark)s AS float8), %(now)s, %(now)s, 1, 0, id
     FROM matched
-    WHERE CAST(%(pilot_reference)s AS varchar) IS NOT NULL
+    WHERE CAST(%(pilot_reference)s AS varchar) IS NOT NULL AND CAST(%(site)s AS varchar) IS NOT NULL
     ON CONFLICT (reference) DO UPDATE
     SET requester = excluded.requester,
         site = excluded.site,
@@ -186,7 +190,9 @@ class ClaimDB(AreaDB):
             "request_id": who.request_id,
             "request_resource": who.request_resource,
             "now": now,
-            "lease_until": now + timedelta(seconds=who.lease_seconds),
+            "status": (JobStatus.HandedOff if who.handoff else JobStatus.Matched).value,
+            "lease_until": None if who.handoff else now + timedelta(seconds=who.lease_seconds),
+            "finished_at": now if who.handoff else None,
             "guarded": target.limits is not None,
         }
         try:
@@ -195,7 +201,7 @@ class ClaimDB(AreaDB):
             async with self.conn.begin() as transaction:
                 outcome = await self._claim_step(target, params)
                 if isinstance(outcome, Claimed):
-                    assert isinstance(target.limits, SiteLimits)
+                    assert isinstance(target.limits, SiteLimits) and who.site is not None  # limits are a site's
                     reasons = await LimitDB.of(self.conn).admit(target.limits, who.site, outcome.job, now)
                     if reasons:
                         await transaction.rollback()

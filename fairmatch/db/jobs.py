@@ -30,7 +30,7 @@ from fairmatch.db.batches import batches_of
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.filters import JobFilter
-from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.lifecycle import FINAL, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
 
@@ -222,6 +222,39 @@ class JobDB(AreaDB):
             stmt = stmt.where(visible(scope))
         return (await self.conn.execute(stmt)).first()
 
+    async def by_external_id(self, external_id: str, scope: JobScope) -> Any | None:
+        """The whole job holding the external id, else the newest that held it; None when none
+        is in the scope."""
+        stmt = _whole_job().where(jobs.c.external_id == external_id, visible(scope)).order_by(jobs.c.id.desc())
+        return (await self.conn.execute(stmt.limit(1))).first()
+
+    async def replace_holders(self, external_ids: Sequence[str], now: datetime, *, by: str) -> list[Any]:
+        """Free these external ids for new jobs: their Waiting and Held holders leave their queues
+        and end Killed. Answers the holders that cannot give up their id (Matched, Running,
+        Stalled): when there are any, the caller rolls back."""
+        unfinished = status_in(set(JobStatus) - FINAL)
+        for part in chunks(external_ids):
+            holding = select(jobs.c.id).where(jobs.c.external_id.in_(part), unfinished)
+            # tq_jobs rows first, as the claim takes them: a claim under way keeps its job
+            await self.conn.execute(delete(tq_jobs).where(tq_jobs.c.job_id.in_(holding.scalar_subquery())))
+        holders: list[Any] = []
+        for part in chunks(external_ids):
+            stmt = select(jobs.c.id, jobs.c.status, jobs.c.external_id).where(jobs.c.external_id.in_(part), unfinished)
+            holders += (await self.conn.execute(stmt.with_for_update())).all()
+        busy = [h for h in holders if h.status not in (JobStatus.Waiting, JobStatus.Held)]
+        replaced = [h.id for h in holders if h.status in (JobStatus.Waiting, JobStatus.Held)]
+        if busy or not replaced:
+            return busy
+        minor = "Replaced by a new job of its external id"
+        for part in chunks(replaced):
+            await self.conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(part))
+                .values(status=JobStatus.Killed.value, minor_status=minor, finished_at=now, lease_expires_at=None)
+            )
+        await self.record_events(replaced, JobStatus.Killed, now, "replace", minor, by=by)
+        return []
+
     async def update(self, job_id: int, **values: Any) -> Any:
         """Set these jobs columns; the whole job after (its spec read, never written)."""
         after = (
@@ -379,7 +412,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
                     await copy.write_row((
                         job_id, JobStatus.Waiting.value, row["owner"], row["owner_group"], row["vo"], row["account"],
                         row["cpu_time"], row["user_priority"], row["priority_class"], row["job_class"],
-                        row["task_queue_id"], now,
+                        row["task_queue_id"], now, row.get("external_id"),
                     ))  # fmt: skip
             encoded: dict[int, str] = {}  # jobs of one submission share a few requirement sets
             async with cursor.copy(_COPY_SPECS) as copy:
@@ -429,7 +462,7 @@ class SQLiteJobDB(SQLiteStatements, JobDB, dialect="sqlite"):
 _NEW_IDS = "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s)"
 _COPY_JOBS = (
     "COPY jobs (id, status, owner, owner_group, vo, account, cpu_time, user_priority, "
-    "priority_class, job_class, task_queue_id, submitted_at) FROM STDIN"
+    "priority_class, job_class, task_queue_id, submitted_at, external_id) FROM STDIN"
 )
 _COPY_SPECS = "COPY job_specs (job_id, requirements, payload) FROM STDIN"
 _COPY_WAITING = "COPY tq_jobs (job_id, tq_id, user_priority, real_priority) FROM STDIN"
@@ -493,6 +526,7 @@ def job_dict(row: Any) -> dict[str, Any]:
     requirements = row.requirements or {}
     return {
         "job_id": row.id,
+        "external_id": row.external_id,
         "status": row.status,
         "minor_status": row.minor_status,
         "task_queue_id": row.task_queue_id if row.status == JobStatus.Waiting else None,

@@ -3,6 +3,7 @@ its runs, and the counts the database gauges show."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +15,16 @@ from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
 from fairmatch.db.change_signal import mark_changed
-from fairmatch.db.tables import groups, history_samples, jobs, priority_runs, running_samples, task_queues, tq_jobs
+from fairmatch.db.tables import (
+    groups,
+    history_samples,
+    jobs,
+    priority_runs,
+    reported_running,
+    running_samples,
+    task_queues,
+    tq_jobs,
+)
 from fairmatch.jobs.lifecycle import HOLDING_A_SLOT
 from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.dirac import GroupPolicy
@@ -128,19 +138,26 @@ class PriorityDB(AreaDB):
         """When the latest sample was taken."""
         return as_utc((await self.conn.execute(select(func.max(history_samples.c.sampled_at)))).scalar())
 
-    async def take_sample(self, now: datetime) -> None:
-        """Record the jobs Matched or Running now, per group and per (group, owner)."""
+    async def take_sample(self, now: datetime, reported_since: datetime) -> None:
+        """Record the jobs Matched or Running now, per group and per (group, owner), with those
+        other systems reported running since `reported_since`."""
         sample_id = (
             await self.conn.execute(insert(history_samples).values(sampled_at=now).returning(history_samples.c.id))
         ).scalar_one()
-        counts = (
-            await self.conn.execute(
-                select(jobs.c.owner_group, jobs.c.owner, func.count())
-                .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
-                .group_by(jobs.c.owner_group, jobs.c.owner)
+        counts: Counter[tuple[str, str]] = Counter()
+        own = await self.conn.execute(
+            select(jobs.c.owner_group, jobs.c.owner, func.count())
+            .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
+            .group_by(jobs.c.owner_group, jobs.c.owner)
+        )
+        reported = await self.conn.execute(
+            select(reported_running.c.owner_group, reported_running.c.owner, reported_running.c.running).where(
+                reported_running.c.reported_at >= reported_since
             )
-        ).all()
-        rows = sample_rows(sample_id, counts)
+        )
+        for group, owner, running in [*own, *reported]:
+            counts[group, owner] += running
+        rows = sample_rows(sample_id, [(group, owner, n) for (group, owner), n in counts.items() if n > 0])
         if rows:
             await self.conn.execute(insert(running_samples), rows)
 

@@ -41,7 +41,7 @@ JOBS_BEFORE = "SELECT count(*) FROM (SELECT 1 FROM tq_jobs WHERE tq_id = :tq_id 
 REMOVE = "DELETE FROM tq_jobs WHERE job_id = :job_id"
 MATCH = """
     UPDATE jobs
-    SET status = 'Matched',
+    SET status = :status,
         minor_status = 'Assigned',
         site = :site,
         pilot_reference = :pilot_reference,
@@ -49,13 +49,14 @@ MATCH = """
         matched_by = :requester,
         matched_at = :now,
         lease_expires_at = :lease_until,
+        finished_at = :finished_at,
         task_queue_id = :tq_id
     WHERE id = :job_id AND status = 'Waiting'
     RETURNING *"""
 SPEC = "SELECT requirements, payload FROM job_specs WHERE job_id = :job_id"
 EVENT = """
     INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    VALUES (:job_id, 'Matched', 'Assigned', :now, 'match', :requester)"""
+    VALUES (:job_id, :status, 'Assigned', :now, 'match', :requester)"""
 REQUEST = """
     INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
     VALUES (:requester, :request_id, :job_id, :now, :request_resource)"""
@@ -103,7 +104,7 @@ def _steps(db: sqlite3.Connection, params: dict[str, Any], named: bool, draw: fl
     db.execute(EVENT, mine)
     if params["request_id"] is not None:
         db.execute(REQUEST, mine)
-    if params["pilot_reference"] is not None:
+    if params["pilot_reference"] is not None and params["site"] is not None:  # a pilot is on record at its site
         db.execute(PILOT, mine)
     return {**row, "site_limited": False, "level_left": True, "jobs_before": jobs_before}
 
@@ -135,7 +136,8 @@ class Codec:
         }
 
     def bind(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {**params, "now": self._stamp(params["now"]), "lease_until": self._stamp(params["lease_until"])}
+        stamps = ("now", "lease_until", "finished_at")
+        return {**params, **{name: None if params[name] is None else self._stamp(params[name]) for name in stamps}}
 
     def row(self, values: Outcome) -> Outcome:
         """The jobs columns as SQLAlchemy reads them; the probes as they are."""

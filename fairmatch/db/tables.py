@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
-from fairmatch.jobs.lifecycle import HOLDING_A_SLOT, JobStatus
+from fairmatch.jobs.lifecycle import FINAL, HOLDING_A_SLOT, JobStatus
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
@@ -108,6 +108,9 @@ _MATCHED = status_in({JobStatus.Matched})
 _HOLDING_A_SLOT = status_in(HOLDING_A_SLOT)
 _WITH_PILOT = column("pilot_reference").isnot(None)
 _FINISHED = column("finished_at").isnot(None)
+_EXTERNAL = column("external_id").isnot(None)
+# the job holding its external id: one that has not finished (a finished one gives it up)
+_HOLDING_EXTERNAL_ID = _EXTERNAL & status_in(set(JobStatus) - FINAL)
 
 # What a job's state changes write: a few dozen bytes. A claim or a status report
 # rewrites the row, so what is written once (the requirements and the payload)
@@ -148,6 +151,9 @@ jobs = Table(
     Column("wall_seconds", Float),
     # returns to Waiting the owner did not ask for (a lease that ran out, a stalled job)
     Column("reschedules", Integer, nullable=False, server_default="0"),
+    # the submitter's own id for the job (DIRAC's JobID): held by one unfinished job at a
+    # time, free again once it finishes or is handed off
+    Column("external_id", String(NAME)),
     # listings by status, the stalled-job watchdog, counts per status
     Index("ix_jobs_status_id", "status", "id"),
     Index("ix_jobs_owner_id", "owner", "id"),
@@ -162,6 +168,15 @@ jobs = Table(
     Index("ix_jobs_pilot_reference", "pilot_reference", postgresql_where=_WITH_PILOT, sqlite_where=_WITH_PILOT),
     # the purge: finished jobs of one status, oldest first; only final jobs have finished_at
     Index("ix_jobs_finished", "status", "finished_at", postgresql_where=_FINISHED, sqlite_where=_FINISHED),
+    # the jobs known by an external id, newest last; jobs without one are never entered
+    Index("ix_jobs_external_id", "external_id", "id", postgresql_where=_EXTERNAL, sqlite_where=_EXTERNAL),
+    Index(
+        "uq_jobs_external_id_holder",
+        "external_id",
+        unique=True,
+        postgresql_where=_HOLDING_EXTERNAL_ID,
+        sqlite_where=_HOLDING_EXTERNAL_ID,
+    ),
     postgresql_with={"fillfactor": 90},
     sqlite_autoincrement=True,  # SQLite: an id is never given twice
 )
@@ -261,6 +276,19 @@ running_samples = Table(
     Column("owner_group", String(NAME), primary_key=True),
     Column("owner", String(NAME), primary_key=True),
     Column("running", Integer, nullable=False),
+)
+
+# Jobs running under another system's watch (DIRAC's JobDB follows the jobs fairmatch hands
+# off), as that system last reported them per (group, owner): each sample adds the counts of
+# the reports still fresh to the jobs fairmatch sees run itself.
+reported_running = Table(
+    "reported_running",
+    metadata,
+    Column("source", String(64), primary_key=True),
+    Column("owner_group", String(NAME), primary_key=True),
+    Column("owner", String(NAME), primary_key=True),
+    Column("running", Integer, nullable=False),
+    Column("reported_at", DateTime(timezone=True), nullable=False),
 )
 
 # One row per priority-loop run: who ran it, when, and what it decided

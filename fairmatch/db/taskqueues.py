@@ -3,7 +3,10 @@
 Race rules (PostgreSQL, READ COMMITTED):
 - find-or-create inserts with ON CONFLICT DO NOTHING in hash order (no
   deadlock between two batches), then reads the ids back FOR SHARE: a TQ
-  that a transaction is filling cannot be deleted under it;
+  that a transaction is filling cannot be deleted under it. The creation
+  of one requirement set is serialised by an advisory lock on its hash, so
+  that concurrent creators never both draw an id: new TQs take consecutive
+  ids in the order they are created, as DIRAC's do;
 - delete-if-empty locks the TQ FOR UPDATE SKIP LOCKED (a TQ being filled is
   simply skipped), then deletes it only if no job is left; the foreign key
   from tq_jobs turns any remaining race into an error, never a lost job.
@@ -204,6 +207,17 @@ class TaskQueueDB(AreaDB):
 
 
 class PostgresTaskQueueDB(PostgresStatements, TaskQueueDB, dialect="postgresql"):
+    async def _insert_new(self, reqs: Sequence[Requirements], now: datetime) -> dict[str, int]:
+        # one creator per requirement set at a time (locks in hash order, held to the commit):
+        # an insert that lost the race on the unique hash would still have drawn an id
+        hashes = sorted({r.hash for r in reqs})
+        for h in hashes:
+            await self.conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(h, 0))))
+        made = task_queues.c.requirements_hash.in_(hashes)
+        present = set((await self.conn.execute(select(task_queues.c.requirements_hash).where(made))).scalars())
+        missing = [r for r in reqs if r.hash not in present]
+        return await super()._insert_new(missing, now) if missing else {}  # the others: found on the next round
+
     async def _lock_existing(self, hashes: Sequence[str]) -> dict[str, int]:
         # One statement, rows locked in id order (the sort runs before the locks): the
         # order priority runs update TQs in, so a submission and a run never wait on

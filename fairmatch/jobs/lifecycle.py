@@ -7,6 +7,7 @@ Matched -> Failed           (its pilot could not start it)
 Running -> Stalled -> Waiting | Failed
 Stalled -> Running | Done | Failed   (its pilot reports again)
 any non-final state -> Killed
+Waiting -> HandedOff        (a match that hands the job to a system that follows it from then on)
 Running -> Running is the heartbeat. Everything else is refused.
 """
 
@@ -29,16 +30,19 @@ class JobStatus(StrEnum):
     Done = "Done"
     Failed = "Failed"
     Killed = "Killed"
+    # matched by a request that hands it off (DIRAC's JobDB follows it from then on): it
+    # left the task queues for good, and no watchdog of fairmatch's ever puts it back
+    HandedOff = "HandedOff"
 
 
-FINAL = frozenset({JobStatus.Done, JobStatus.Failed, JobStatus.Killed})
+FINAL = frozenset({JobStatus.Done, JobStatus.Failed, JobStatus.Killed, JobStatus.HandedOff})
 # the jobs a reschedule puts back in their task queue: held by a pilot, or stalled
 RESCHEDULABLE = frozenset({JobStatus.Matched, JobStatus.Stalled})
 # the jobs that occupy a slot at their site (what site running limits count)
 HOLDING_A_SLOT = frozenset({JobStatus.Matched, JobStatus.Running})
 
 _ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.Held, JobStatus.Killed}),
+    JobStatus.Waiting: frozenset({JobStatus.Matched, JobStatus.HandedOff, JobStatus.Held, JobStatus.Killed}),
     JobStatus.Held: frozenset({JobStatus.Waiting, JobStatus.Killed}),
     # a pilot that cannot start its job fails it (DIRAC's pilots do, with a minor status)
     JobStatus.Matched: frozenset({JobStatus.Running, JobStatus.Waiting, JobStatus.Failed, JobStatus.Killed}),

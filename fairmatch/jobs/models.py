@@ -58,6 +58,13 @@ class JobSpec(BaseModel):
         "association tree, (account, owner) must be one of its associations.",
     )
     payload: JsonValue = Field(None, description="Opaque JSON handed to the pilot (size-limited).")
+    external_id: Name | None = Field(
+        None,
+        description="The submitter's own id for the job (DIRAC's JobID), by which it is found, withdrawn and "
+        "matched. One unfinished job holds it at a time: submitting it again replaces a Waiting or Held "
+        "holder (which ends Killed) and is refused (409) while the holder is Matched, Running or Stalled. "
+        "A finished or handed-off job gives it up, so that the id may be used again.",
+    )
 
     @field_validator("banned_sites")
     @classmethod
@@ -86,6 +93,17 @@ class SubmitRequest(BaseModel):
 
     jobs: list[JobSpec] = Field(min_length=1, max_length=10_000)
 
+    @field_validator("jobs")
+    @classmethod
+    def _external_ids_once(cls, jobs: list[JobSpec]) -> list[JobSpec]:
+        seen: set[str] = set()
+        for spec in jobs:
+            if spec.external_id is not None:
+                if spec.external_id in seen:
+                    raise ValueError(f"external_id {spec.external_id!r} is given to two jobs of one submission")
+                seen.add(spec.external_id)
+        return jobs
+
 
 ReportedStatus = Literal["Running", "Done", "Failed", "Stalled", "Waiting"]
 
@@ -102,7 +120,7 @@ class StatusUpdate(BaseModel):
 
 
 MAX_RETENTION_SECONDS = 100 * 365 * 86400  # a century: anything beyond is a unit mistake
-FinalStatus = Literal["Done", "Failed", "Killed"]
+FinalStatus = Literal["Done", "Failed", "Killed", "HandedOff"]
 
 
 class PurgeRequest(BaseModel):
@@ -114,6 +132,9 @@ class PurgeRequest(BaseModel):
         ge=1, le=MAX_RETENTION_SECONDS, description="Purge the jobs that finished at least this long ago (≥ 1 s)."
     )
     statuses: list[FinalStatus] = Field(
-        ["Done", "Failed", "Killed"], min_length=1, max_length=3, description="The final statuses to purge."
+        ["Done", "Failed", "Killed", "HandedOff"],
+        min_length=1,
+        max_length=4,
+        description="The final statuses to purge.",
     )
     dry_run: bool = Field(False, description="Only count the jobs that would be purged.")

@@ -18,7 +18,7 @@ FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platfo
 # every condition `conditions` may name, in the order an analysis lists them
 CONDITION_NAMES = (
     "cpu_time", "ram", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
-    "owner_group", "owner", "vo", "site_limit", "site_mask",
+    "owner_group", "owner", "vo", "site_limit", "site_mask", "excluded",
 )  # fmt: skip
 
 
@@ -61,6 +61,14 @@ def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     if q.masked_job_types is not None:
         # a masked (banned) site takes only TQs listing one of these job types; none listed: out
         found.append(("site_mask", catalog.with_any("job_types", q.masked_job_types)))
+    if q.exclusions:
+        excluded = 0
+        for exclusion in q.exclusions:
+            meeting = catalog.every
+            for field, values in exclusion:
+                meeting &= catalog.with_any(field, values)
+            excluded |= meeting
+        found.append(("excluded", catalog.every & ~excluded))
     return found
 
 
@@ -80,9 +88,9 @@ def _not_banned(catalog: Catalog, sites: frozenset[str]) -> int:
     return catalog.every & passing
 
 
-def eligible(catalog: Catalog, q: ResourceQuery) -> int:
-    """The TQs with waiting jobs this resource may take."""
-    passing = catalog.live
+def eligible(catalog: Catalog, q: ResourceQuery, among: int | None = None) -> int:
+    """The TQs with waiting jobs this resource may take (or those of `among` it may take)."""
+    passing = catalog.live if among is None else among
     for _, tqs in conditions(catalog, q):
         passing &= tqs
     return passing

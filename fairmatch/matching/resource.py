@@ -6,7 +6,7 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -100,7 +100,33 @@ SiteOrSites = Annotated[
 # what a replay of a request id must repeat: every key that bears on the match, not the
 # pilot's own name and measure (PilotReference, PilotBenchmark) nor the request id
 REPLAYED_FIELDS = ("site", "cpu_time", "grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group",
-                   "owner", "vo", "max_ram_mb", "number_of_processors", "job_id")  # fmt: skip
+                   "owner", "vo", "max_ram_mb", "number_of_processors", "job_id", "unstated_fields",
+                   "exclude")  # fmt: skip
+
+# what an exclusion (DIRAC's negativeCond) may name, in either spelling: the queue's field
+# it tests (the multi-valued ones: the queue lists a value; the others: it has one)
+EXCLUDABLE = {
+    "Site": "sites", "site": "sites", "GridCE": "grid_ces", "grid_ce": "grid_ces",
+    "Platform": "platforms", "platform": "platforms", "JobType": "job_types", "job_type": "job_types",
+    "Tag": "tags", "tags": "tags", "Owner": "owner", "owner": "owner",
+    "OwnerGroup": "owner_group", "owner_group": "owner_group",
+}  # fmt: skip
+
+
+def _nothing_stated(value: Any) -> Any:
+    """`""`, `[]` and `[""]` state no value (DIRAC's TaskQueueDB skips such a field)."""
+    if value == "" or (isinstance(value, list) and all(item == "" for item in value)):
+        return None
+    return value
+
+
+def _one_or_several_exclusions(value: Any) -> Any:
+    """DIRAC's negativeCond: one mapping, or a list of them."""
+    return [value] if isinstance(value, dict) else value
+
+
+StatedList = Annotated[NameList | None, BeforeValidator(_nothing_stated)]
+Exclusion = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME)], NameList], Field(max_length=len(EXCLUDABLE))]
 LISTED_FIELDS = frozenset({"grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group"})
 
 
@@ -121,16 +147,18 @@ class ResourceDescription(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    site: SiteOrSites = Field(
+    site: SiteOrSites | None = Field(
+        None,
         validation_alias=_alias("site", "Site"),
-        description="The resource's site; the dry run also takes a list: the queues any of them may take.",
+        description="The resource's site; the dry run also takes a list (the queues any of them may take), "
+        "or none (any site). A pilot claiming a job names its own.",
     )
     cpu_time: Annotated[Int, Field(ge=0, le=MAX_CPU_TIME), FromText] = Field(
         validation_alias=_alias("cpu_time", "CPUTime")
     )
-    grid_ce: NameList | None = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
-    platform: NameList | None = Field(None, validation_alias=_alias("platform", "Platform"))
-    job_type: NameList | None = Field(None, validation_alias=_alias("job_type", "JobType"))
+    grid_ce: StatedList = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
+    platform: StatedList = Field(None, validation_alias=_alias("platform", "Platform"))
+    job_type: StatedList = Field(None, validation_alias=_alias("job_type", "JobType"))
     tags: TagList | None = Field(None, validation_alias=_alias("tags", "Tag"))
     required_tags: TagList | None = Field(None, validation_alias=_alias("required_tags", "RequiredTag"))
     owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
@@ -159,6 +187,33 @@ class ResourceDescription(BaseModel):
     )
     job_id: Int | None = Field(None, ge=1, le=2**63 - 1, validation_alias=_alias("job_id", "JobID"))
     request_id: Name | None = Field(None, description="Idempotency key: the same id returns the same job.")
+    unstated_fields: Literal["strict", "dirac"] | None = Field(
+        None,
+        description='For this request, what a grid CE, platform or job type left out (or given as `""` or '
+        "`[]`) means: `strict`, only queues listing none; `dirac`, no condition, as DIRAC's TaskQueueDB. "
+        "Default: the `matching.unstated_fields` setting.",
+    )
+    exclude: Annotated[
+        list[Exclusion] | None, BeforeValidator(_one_or_several_exclusions), Field(max_length=MAX_VALUES)
+    ] = Field(
+        None,
+        validation_alias=_alias("exclude", "negativeCond"),
+        description="DIRAC's `negativeCond`: a mapping of fields (Site, GridCE, Platform, JobType, Tag, Owner, "
+        "OwnerGroup, or their snake_case names) to values, or a list of such mappings. A queue meeting every "
+        "field of one mapping (it lists, or has, one of the field's values) is not eligible; `{}` excludes nothing.",
+    )
+
+    @field_validator("exclude")
+    @classmethod
+    def _known_exclusion_fields(cls, exclude: list[dict[str, list[str]]] | None) -> list[dict[str, list[str]]] | None:
+        for mapping in exclude or ():
+            unknown = sorted(set(mapping) - EXCLUDABLE.keys())
+            if unknown:
+                raise ValueError(
+                    f"cannot exclude by {', '.join(unknown)}: an exclusion names Site, GridCE, Platform, "
+                    "JobType, Tag, Owner or OwnerGroup"
+                )
+        return exclude
 
     @model_validator(mode="wrap")
     @classmethod
@@ -192,7 +247,9 @@ class ResourceDescription(BaseModel):
 
     @property
     def sites(self) -> list[str]:
-        """The site, or the dry run's sites, as a list."""
+        """The site, or the dry run's sites, as a list (empty: no site named)."""
+        if self.site is None:
+            return []
         return [self.site] if isinstance(self.site, str) else list(self.site)
 
     @property
@@ -216,7 +273,9 @@ class ResourceDescription(BaseModel):
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
         """The filter. A grid CE, platform or job type left out limits the resource to queues
         listing none (`strict`), or is no condition at all (`dirac`, as DIRAC's TaskQueueDB)."""
-        unstated: frozenset[str] | None = frozenset() if options.unstated_fields == "strict" else None
+        unstated: frozenset[str] | None = (
+            frozenset() if (self.unstated_fields or options.unstated_fields) == "strict" else None
+        )
         tags = set(self.tags or ()) | derived_tags(self.number_of_processors, self.offers_whole_node)
         any_tag = any(is_any(t) for t in tags)
         required = frozenset(self.required_tags or ())
@@ -225,7 +284,7 @@ class ResourceDescription(BaseModel):
         if not any_tag and not required <= tags:
             missing = ", ".join(sorted(required - tags))
             raise BadRequest(f"required_tags must be a subset of tags; not offered: {missing}")
-        sites = _values(self.sites, None)
+        sites = _values(self.sites, None) if self.sites else None
         return ResourceQuery(
             site=next(iter(sites)) if sites is not None and len(sites) == 1 else None,
             cpu_time=self.cpu_time,
@@ -242,21 +301,59 @@ class ResourceDescription(BaseModel):
             vo=self.vo,
             job_id=self.job_id,
             max_ram_mb=self.max_ram_mb,
+            exclusions=tuple(
+                tuple((EXCLUDABLE[key], frozenset(values)) for key, values in sorted(mapping.items()))
+                for mapping in self.exclude or ()
+                if mapping
+            ),
         )
+
+
+class DryRunResource(ResourceDescription):
+    """The resource of a dry run, which may also list the queues left empty."""
+
+    include_empty: Annotated[bool, Strict()] = Field(
+        False,
+        description="Also list the eligible task queues that hold no waiting job now (probability 0), "
+        "as DIRAC's TaskQueueDB matches a queue until it is deleted.",
+    )
 
 
 class ClaimingResource(ResourceDescription):
     """The resource of a pilot claiming a job. The claim records its site, which site limits
-    count: one site, and `any` lifts the site condition of a dry run but names no site to run at."""
+    count: one site, and `any` lifts the site condition of a dry run but names no site to run at.
+    A claim that hands the job off may name no site: the system it goes to places it."""
 
-    site: Name = Field(validation_alias=_alias("site", "Site"), description="The site the pilot runs at.")
+    # required, but null is allowed for a hand-off (which may also leave the key out)
+    site: Name | None = Field(
+        validation_alias=_alias("site", "Site"),
+        description="The site the pilot runs at; only a claim with `handoff` may leave it out.",
+    )
+    handoff: Annotated[bool, Strict()] = Field(
+        False,
+        description="The job leaves fairmatch for good: it ends `HandedOff` (final, no lease, never put back "
+        "in its queue), as a job DIRAC's Matcher takes from its TaskQueueDB is then followed by DIRAC's JobDB.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_site_for_a_hand_off(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("handoff") is True and not {"site", "Site"} & data.keys():
+            return {**data, "site": None}
+        return data
 
     @field_validator("site")
     @classmethod
-    def _a_real_site(cls, site: str) -> str:
-        if site.lower() == ANY:
+    def _a_real_site(cls, site: str | None) -> str | None:
+        if site is not None and site.lower() == ANY:
             raise ValueError(f"a pilot claiming a job names its own site, not {site!r} (the dry run accepts it)")
         return site
+
+    @model_validator(mode="after")
+    def _a_site_unless_handed_off(self) -> ClaimingResource:
+        if self.site is None and not self.handoff:
+            raise ValueError("a pilot claiming a job names its site; only a claim that hands the job off may not")
+        return self
 
 
 def _values(given: str | list[str] | None, unstated: frozenset[str] | None) -> frozenset[str] | None:
@@ -303,3 +400,5 @@ class ResourceQuery:
     max_ram_mb: int | None = None
     # the site mask: None, no mask applies; else only queues listing one of these job types pass
     masked_job_types: frozenset[str] | None = None
+    # DIRAC's negativeCond: a queue meeting every (field, values) of one exclusion is out
+    exclusions: tuple[tuple[tuple[str, frozenset[str]], ...], ...] = ()

@@ -1,7 +1,8 @@
 """Groups: configured in TOML, persisted in the database, edited over the API.
 
 The `job_sharing` column is what matching reads; it is derived here, from
-"JOB_SHARING" in the properties, on every write, so the two never disagree.
+"JOB_SHARING" (or DIRAC's own spelling, "JobSharing") in the properties, on every
+write, so the two never disagree.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 from fairmatch.fields import Int, Name
 
-# The only property with an effect; others (DIRAC's NormalUser, ...) are kept as given.
+# The only property with an effect, in fairmatch's spelling and in DIRAC's registry's
+# (Properties.JOB_SHARING); others (DIRAC's NormalUser, ...) are kept as given.
 JOB_SHARING = "JOB_SHARING"
+JOB_SHARING_SPELLINGS = frozenset({JOB_SHARING, "JobSharing"})
 
 DEFAULT_JOB_SHARE = 1000.0  # DIRAC's JobShare of a group given none
 MAX_JOB_SHARE = 1e12
@@ -40,7 +43,7 @@ class GroupUpdate(BaseModel):
     """A group's full definition (PUT replaces it; an omitted field takes its default).
 
     `properties` may name anything (DIRAC groups carry NormalUser, GenericPilot, ...):
-    names are kept, de-duplicated and sorted, but only JOB_SHARING has an effect —
+    names are kept, de-duplicated and sorted, but only JOB_SHARING (DIRAC: JobSharing) has an effect —
     the group's jobs are then matched by group alone, whoever the pilot's Owner is.
     """
 
@@ -70,7 +73,7 @@ def stored_values(
     properties = sorted(set(properties))
     return {
         "job_share": job_share,
-        "job_sharing": JOB_SHARING in properties,
+        "job_sharing": not JOB_SHARING_SPELLINGS.isdisjoint(properties),
         "properties": properties,
         "allow_background_tqs": allow_background_tqs,
         "priority": priority,

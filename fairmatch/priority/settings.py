@@ -120,6 +120,13 @@ class PrioritySettings(Section):
         description="dirac policy: the task queues of one entity whose definitions differ only in sites, "
         "banned sites or RAM each get the sum of their priorities, as DIRAC 9 does; false: each its own.",
     )
+    reported_running_seconds: float = Field(
+        600,
+        gt=0,
+        description="How long running jobs reported by another system (`PUT /running/{source}`, DIRAC's JobDB "
+        "through the DIRAC extension) count in the samples after the report: a source silent for longer counts "
+        "nothing, rather than its last figures forever.",
+    )
     sample_seconds: float = Field(
         60, gt=0, description="How often running jobs per group and owner are sampled for history."
     )

@@ -98,7 +98,9 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
 
     async def sample(conn: AsyncConnection) -> bool:
         now = utcnow()
-        took = await history.sample(conn, now, p.sample_seconds, keep_seconds=keep)
+        took = await history.sample(
+            conn, now, p.sample_seconds, keep_seconds=keep, reported_seconds=p.reported_running_seconds
+        )
         if took:  # folded charges serve only the rank policy's window
             await accounting.prune_charges(conn, now - p.charges_kept())
         return took

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.db.priorities import SAMPLER_LOCK, PriorityDB
+from fairmatch.db.reported_running import ReportedRunningDB
 
 
-async def sample(conn: AsyncConnection, now: datetime, every_seconds: float, keep_seconds: float) -> bool:
-    """Take one sample unless another process took one within `every_seconds`.
+async def sample(
+    conn: AsyncConnection, now: datetime, every_seconds: float, keep_seconds: float, reported_seconds: float
+) -> bool:
+    """Take one sample unless another process took one within `every_seconds`; running jobs
+    other systems reported count for `reported_seconds` after their report.
 
     Also prunes samples older than `keep_seconds`. True if a sample was taken.
     """
@@ -21,7 +26,17 @@ async def sample(conn: AsyncConnection, now: datetime, every_seconds: float, kee
         last = await db.last_sample_time()
         if last is not None and last > now - timedelta(seconds=0.9 * every_seconds):
             return False
-        await db.take_sample(now)
+        await db.take_sample(now, reported_since=now - timedelta(seconds=reported_seconds))
         if keep_seconds > 0:
             await db.prune_samples(now - timedelta(seconds=keep_seconds))
     return True
+
+
+async def report_running(
+    conn: AsyncConnection, source: str, running: Iterable[tuple[str, str, int]], now: datetime
+) -> int:
+    """Replace what `source` reports running, per (group, owner); how many groups it names."""
+    counts = [(group, owner, jobs) for group, owner, jobs in running if jobs > 0]
+    async with conn.begin():
+        await ReportedRunningDB.of(conn).replace(source, counts, now)
+    return len({group for group, _, _ in counts})

@@ -45,6 +45,42 @@ async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED
     return job_dict(row)
 
 
+async def by_external_id(conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
+    """The job holding the external id, else the newest that held it (404: none)."""
+    async with read_transaction(conn):
+        row = await JobDB.of(conn).by_external_id(external_id, scope)
+    if row is None:
+        raise NotFound(f"no job has external id {external_id!r}")
+    return job_dict(row)
+
+
+async def withdraw(
+    conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED, *, by: str
+) -> dict[str, Any]:
+    """Take the Waiting or Held job holding the external id out of the queues for good (it ends
+    Killed, as DIRAC's deleteJob takes a job out of its TaskQueueDB); 404 when no unfinished
+    job holds it, 409 when its holder is no longer waiting (a match took it first)."""
+    now = utcnow()
+    async with conn.begin():
+        job_db = JobDB.of(conn)
+        row = await job_db.by_external_id(external_id, scope)
+        if row is None or JobStatus(row.status) in FINAL:
+            raise NotFound(f"no unfinished job holds external id {external_id!r}")
+        removed_from = await job_db.remove_waiting(row.id)  # tq_jobs first: the claim locks in that order
+        state = await job_db.lock_state(row.id, scope)
+        if state is None or state.status not in (JobStatus.Waiting, JobStatus.Held):
+            status = "gone" if state is None else state.status
+            raise Conflict(f"job {row.id} (external id {external_id!r}) is {status}, no longer waiting")
+        minor = "Withdrawn by its submitter"
+        after = await job_db.update(
+            row.id, status=JobStatus.Killed.value, minor_status=minor, finished_at=now, lease_expires_at=None
+        )
+        await job_db.record_events([row.id], JobStatus.Killed, now, "withdraw", minor, by=by)
+    if removed_from is not None:
+        await taskqueues.delete_if_empty(conn, removed_from)
+    return job_dict(after)
+
+
 async def history(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
     """What happened to a job, oldest first: each status it took, when, through what, and by whom."""
     async with read_transaction(conn):

@@ -22,7 +22,7 @@ from fairmatch.errors import Conflict, DuplicateRequest
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.choice import chances
-from fairmatch.matching.eligibility import analysis
+from fairmatch.matching.eligibility import analysis, eligible
 from fairmatch.matching.matcher import Matcher, pool_of
 from fairmatch.matching.matcher import match as run_matcher
 from fairmatch.matching.resource import ClaimingResource, ResourceDescription, fields_differing
@@ -91,7 +91,7 @@ async def match(
     result = "error"
     try:
         job, result = await _match(conn, resource, settings, rng, requester, keeper)
-        if result == "no_match" and resource.pilot_reference is not None:
+        if result == "no_match" and resource.pilot_reference is not None and resource.site is not None:
             _count_empty(conn, resource, requester)
         return job
     finally:
@@ -101,7 +101,7 @@ async def match(
 
 def _count_empty(conn: AsyncConnection, resource: ClaimingResource, requester: str) -> None:
     """A 204 for a pilot on record: counted in this process, written by the background loop."""
-    assert resource.pilot_reference is not None
+    assert resource.pilot_reference is not None and resource.site is not None
     tally_of(conn.engine).count(
         resource.pilot_reference,
         requester=requester,
@@ -171,6 +171,7 @@ async def _match(
         lease_seconds=settings.jobs.matched_lease_seconds,
         benchmark=resource.pilot_benchmark,
         request_resource=None if resource.request_id is None else json.dumps(resource.matching_fields()),
+        handoff=resource.handoff,
     )
     try:
         claimed = await run_matcher(
@@ -211,14 +212,20 @@ def _log_decision(resource: ClaimingResource, tq_id: int | None, job_id: int | N
 
 
 async def explain(
-    conn: AsyncConnection, resource: ResourceDescription, settings: Settings, keeper: Keeper
+    conn: AsyncConnection,
+    resource: ResourceDescription,
+    settings: Settings,
+    keeper: Keeper,
+    *,
+    include_empty: bool = False,
 ) -> dict[str, Any]:
     """The eligible TQs, each with the probability that a match draws it: the very
     selection /match makes, on the latest state; and the analysis of the conditions.
 
     A TQ a site limit keeps out now (the whole site's, or that of the CE the
     resource names) is listed with probability 0 and the limits that exclude it
-    (`excluded_by`).
+    (`excluded_by`). With `include_empty`, the eligible TQs without waiting jobs are
+    listed too, with probability 0.
     """
     options = settings.effective_matching
     query = resource.to_query(options)
@@ -232,8 +239,13 @@ async def explain(
             queued = await ClaimDB.of(conn).queue_of(query.job_id)
             named_tq = queued[0] if queued is not None else None
         pool = pool_of(catalog, query, set(), named_tq) if query.job_id is None or named_tq is not None else 0
-        tqs = [tq for tq in await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if tq["jobs"] > 0] if pool else []
-    listed = {tq["task_queue_id"] for tq in tqs}
+        tqs = await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if pool else []
+        listed = {tq["task_queue_id"] for tq in tqs if tq["jobs"] > 0}
+        if include_empty and query.job_id is None:
+            idle = eligible(catalog, query, among=catalog.every) & ~pool
+            tqs += await TaskQueueDB.of(conn).read(catalog.tq_ids(idle)) if idle else []
+        else:
+            tqs = [tq for tq in tqs if tq["task_queue_id"] in listed]
     for entry in catalog.entries_in(pool):
         if entry.tq_id not in listed:
             catalog.drain(entry)  # emptied since the catalog last heard of it

@@ -13,7 +13,7 @@ from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB
 from fairmatch.db.taskqueues import TaskQueueDB
-from fairmatch.errors import InvalidInput
+from fairmatch.errors import Conflict, InvalidInput, UniqueViolation
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import check_payloads, requested_cpu_time, requirements_key, requirements_of
@@ -40,7 +40,13 @@ async def submit(
     distinct = dict.fromkeys(reqs)
     hashes = {r: r.hash for r in distinct}
     as_json = {r: r.to_json() for r in distinct}
+    external_ids = [spec.external_id for spec in specs if spec.external_id is not None]
     async with conn.begin():
+        if external_ids:
+            busy = await JobDB.of(conn).replace_holders(external_ids, now, by=by)
+            if busy:
+                held = ", ".join(f"{h.external_id!r} by job {h.id} ({h.status})" for h in busy[:5])
+                raise Conflict(f"external ids held by jobs that have not finished: {held}")
         tq_ids, created = await TaskQueueDB.of(conn).find_or_create(distinct, now)
         rows: list[dict[str, Any]] = [
             {
@@ -58,16 +64,25 @@ async def submit(
                 "payload": spec.payload,
                 "task_queue_id": tq_ids[hashes[r]],
                 "submitted_at": now,
+                "external_id": spec.external_id,
             }
             for spec, r in zip(specs, reqs)
         ]
-        job_ids = await JobDB.of(conn).insert_waiting(rows, now, by=by)
+        try:
+            job_ids = await JobDB.of(conn).insert_waiting(rows, now, by=by)
+        except UniqueViolation as exc:  # the only unique key a submission writes is an external id's holder
+            raise Conflict("an external id of this submission was taken by a concurrent submission") from exc
     await record_arrivals(
         conn, arrivals_of((row["task_queue_id"], row["real_priority"]) for row in rows), new_jobs=True
     )
     await refresh_priorities(conn, settings, {r.owner_group for r in distinct if hashes[r] in created})
     return [
-        {"job_id": job_id, "task_queue_id": row["task_queue_id"], "status": JobStatus.Waiting.value}
+        {
+            "job_id": job_id,
+            "task_queue_id": row["task_queue_id"],
+            "status": JobStatus.Waiting.value,
+            "external_id": row["external_id"],
+        }
         for job_id, row in zip(job_ids, rows)
     ]
 

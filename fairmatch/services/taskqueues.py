@@ -17,7 +17,7 @@ from fairmatch.db.change_signal import changing
 from fairmatch.db.console_queues import ConsoleQueueDB, QueueListing, Waiting
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
-from fairmatch.errors import ConstraintViolation
+from fairmatch.errors import Conflict, ConstraintViolation, NotFound
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
@@ -39,6 +39,16 @@ async def delete_if_empty(conn: AsyncConnection, tq_id: int) -> bool:
             return await TaskQueueDB.of(conn).delete_if_empty(tq_id)
     except ConstraintViolation:
         return False  # a job arrived after all: the TQ stays
+
+
+async def delete_task_queue(conn: AsyncConnection, tq_id: int) -> None:
+    """Delete an empty TQ now (DIRAC's deleteTaskQueueIfEmpty): 404 when it does not exist,
+    409 while it holds jobs (or a submission is filling it)."""
+    if not await delete_if_empty(conn, tq_id):
+        found = await read_task_queues(conn, [tq_id])
+        if not found:
+            raise NotFound(f"task queue {tq_id} does not exist")
+        raise Conflict(f"task queue {tq_id} holds {found[0]['jobs']} waiting job(s): it is deleted once empty")
 
 
 async def delete_all_empty(conn: AsyncConnection, unchanged_for: timedelta = timedelta(0)) -> int:

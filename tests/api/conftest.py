@@ -43,8 +43,8 @@ def token_server(database, token_servers) -> InProcessServer:
 
 
 @pytest.fixture
-def server_factory(database, tmp_path) -> Iterator[Start]:
-    """Applications with other settings on the session's database; stopped after the test."""
+def server_factory(database, clean, tmp_path) -> Iterator[Start]:
+    """Applications with other settings on the session's database, emptied first; stopped after the test."""
     yield from servers_on(database, tmp_path, start=start_in_process)
 
 

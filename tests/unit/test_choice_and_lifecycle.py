@@ -110,7 +110,8 @@ def test_a_drained_level_is_passed_over_and_a_drained_queue_leaves_the_draw():
 
 
 LEGAL = {
-    (JobStatus.Waiting, JobStatus.Matched), (JobStatus.Waiting, JobStatus.Killed), (JobStatus.Waiting, JobStatus.Held),
+    (JobStatus.Waiting, JobStatus.Matched), (JobStatus.Waiting, JobStatus.HandedOff),
+    (JobStatus.Waiting, JobStatus.Killed), (JobStatus.Waiting, JobStatus.Held),
     (JobStatus.Held, JobStatus.Waiting), (JobStatus.Held, JobStatus.Killed),
     (JobStatus.Matched, JobStatus.Running), (JobStatus.Matched, JobStatus.Waiting),
     (JobStatus.Matched, JobStatus.Killed), (JobStatus.Matched, JobStatus.Failed), (JobStatus.Running, JobStatus.Running),

@@ -32,11 +32,18 @@ def test_unknown_keys_are_ignored():
 
 
 @pytest.mark.parametrize("missing", ["Site", "CPUTime"])
-def test_site_and_cpu_time_are_required(missing):
+def test_a_claim_needs_a_site_and_cpu_time(missing):
     data = {"Site": "S", "CPUTime": 1}
     del data[missing]
     with pytest.raises(ValidationError):
-        ResourceDescription.model_validate(data)
+        ClaimingResource.model_validate(data)
+
+
+def test_the_dry_run_and_a_hand_off_need_no_site_but_cpu_time():
+    assert ResourceDescription.model_validate({"CPUTime": 1}).to_query(MatchingSettings()).values["sites"] is None
+    assert ClaimingResource.model_validate({"CPUTime": 1, "handoff": True}).site is None
+    with pytest.raises(ValidationError):
+        ResourceDescription.model_validate({"Site": "S"})
 
 
 def test_derived_tags_follow_dirac():

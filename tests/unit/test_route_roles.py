@@ -46,6 +46,10 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("DELETE", "/jobs/{job_id}"): frozenset({ADMIN, OPERATOR, USER}),
     ("POST", "/jobs/purge"): frozenset({ADMIN}),
     ("GET", "/jobs/{job_id}/history"): EVERY_ROLE,
+    ("GET", "/jobs/by-external-id/{external_id}"): EVERY_ROLE,
+    ("DELETE", "/jobs/by-external-id/{external_id}"): frozenset({ADMIN, OPERATOR, USER}),
+    ("PUT", "/running/{source}"): frozenset({ADMIN, OPERATOR}),
+    ("DELETE", "/taskqueues/{tq_id}"): frozenset({ADMIN, OPERATOR}),
     **{
         ("POST", f"/jobs/{action}"): frozenset({ADMIN, OPERATOR, USER})
         for action in ("kill", "hold", "release", "reschedule", "priority")
