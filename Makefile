@@ -28,13 +28,16 @@ run: $(RUNTIME_STAMP)
 	$(BIN)/fairmatch serve
 
 # The checks first (lint, format, types, the docs site), then the suite: two workers (one per
-# core); a module's tests of one backend stay together with their servers.
+# core); a module's tests of one backend stay together with their servers. Last, the DIRAC
+# extension (integrations/dirac): DIRAC 9.1.22 in a venv of its own, its classes and unit
+# tests against a real fairmatch, DIRAC's databases on MariaDB.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	FAIRMATCH_BIN=$(abspath $(BIN)) integrations/dirac/ci/run-tests.sh
 
 # The documentation site (docs/, mkdocs.yml) served at http://127.0.0.1:8001 and rebuilt on
 # every change; the reference pages are rendered from the code. DOCS_ARGS=build: build it into site/.
@@ -49,4 +52,4 @@ bench: install
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache fairmatch.db fairmatch.db-shm fairmatch.db-wal
+	rm -rf $(VENV) integrations/dirac/.venv .pytest_cache fairmatch.db fairmatch.db-shm fairmatch.db-wal

@@ -40,7 +40,11 @@ def test_a_job_is_found_and_withdrawn_by_its_external_id(client):
     [job] = submit(client, spec(external_id="123"))
     assert job["external_id"] == "123"
     found = client.get("/jobs/by-external-id/123").json()
-    assert (found["job_id"], found["status"], found["task_queue_id"]) == (job["job_id"], "Waiting", job["task_queue_id"])
+    assert (found["job_id"], found["status"], found["task_queue_id"]) == (
+        job["job_id"],
+        "Waiting",
+        job["task_queue_id"],
+    )
     withdrawn = client.delete("/jobs/by-external-id/123")
     assert withdrawn.status_code == 200 and withdrawn.json()["status"] == "Killed"
     assert client.get(f"/jobs/{job['job_id']}/history").json()["events"][-1]["source"] == "withdraw"
@@ -156,7 +160,9 @@ def test_negative_conditions_exclude_the_queues_meeting_all_fields_of_one(client
     assert set(dry_run(client, **DIRAC, negativeCond={})) == set(tqs.values())
     r = client.post("/taskqueues/matching", json={"CPUTime": 50000, "negativeCond": {"JobType": "Merge"}, **DIRAC})
     assert r.json()["analysis"]["rejected_by"]["excluded"] == 2
-    problem = assert_problem(client.post("/match", json={"Site": "S", "CPUTime": 1, "negativeCond": {"Setup": "x"}}), 422)
+    problem = assert_problem(
+        client.post("/match", json={"Site": "S", "CPUTime": 1, "negativeCond": {"Setup": "x"}}), 422
+    )
     assert "cannot exclude by Setup" in problem["errors"][0]["msg"]
     resource = {"Site": "S", "CPUTime": 10**6, "handoff": True, "exclude": {"JobType": "Merge"}, **DIRAC}
     taken = client.post("/match", json=resource)
@@ -200,4 +206,6 @@ def test_a_report_of_running_jobs_replaces_the_source_s_last(client):
     receipt = client.put("/running/dirac", json=body).json()
     assert (receipt["source"], receipt["groups"], receipt["jobs"]) == ("dirac", 1, 5)
     assert_problem(client.put("/running/bad source", json=body), 422)
-    assert_problem(client.put("/running/dirac", json={"running": [{"owner_group": "g", "owner": "a", "jobs": -1}]}), 422)
+    assert_problem(
+        client.put("/running/dirac", json={"running": [{"owner_group": "g", "owner": "a", "jobs": -1}]}), 422
+    )
