@@ -229,7 +229,7 @@ async def take_samples(engine: AsyncEngine) -> None:
     now = utcnow()
     async with engine.connect() as conn:
         for minute in range(SAMPLES, 0, -1):
-            await history.sample(conn, now - timedelta(minutes=minute), 0, 0)
+            await history.sample(conn, now - timedelta(minutes=minute), 0, 0, reported_seconds=0)
 
 
 def running(url: str) -> dict[str, Any]:

@@ -194,7 +194,7 @@ class ResourceDescription(BaseModel):
         "Default: the `matching.unstated_fields` setting.",
     )
     exclude: Annotated[
-        list[Exclusion] | None, BeforeValidator(_one_or_several_exclusions), Field(max_length=MAX_VALUES)
+        Annotated[list[Exclusion], Field(max_length=MAX_VALUES)] | None, BeforeValidator(_one_or_several_exclusions)
     ] = Field(
         None,
         validation_alias=_alias("exclude", "negativeCond"),

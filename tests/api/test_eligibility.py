@@ -889,6 +889,7 @@ def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
         "vo",
         "site_limit",
         "site_mask",
+        "excluded",
     ]
     assert {k: v for k, v in found["rejected_by"].items() if v} == {
         "site": 1, "cpu_time": 1, "platform": 1, "tags": 1, "banned_site": 1, "site_limit": 1,

@@ -17,7 +17,7 @@ from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_of
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import ClaimingResource
 from fairmatch.services import matching, submission
 from fairmatch.services.keeper import Keeper
 
@@ -84,7 +84,7 @@ async def test_a_named_job_is_claimed_once(engine, settings):
 async def test_concurrent_matches_never_share_a_job(engine, settings):
     queued = await submit(engine, settings, 20)
     keeper = Keeper(settings.matching)
-    resource = ResourceDescription(site="LCG.CERN.cern", cpu_time=86400)
+    resource = ClaimingResource(site="LCG.CERN.cern", cpu_time=86400)
 
     async def one(seed: int):
         async with engine.connect() as conn:
@@ -134,7 +134,7 @@ async def test_match_draws_from_exactly_the_queues_the_explanation_lists(engine,
     for shape in QUEUES:
         await submit(engine, settings, JOBS_PER_QUEUE, **shape)
     keeper = Keeper(settings.matching)
-    described = ResourceDescription(**resource)
+    described = ClaimingResource(**resource)
     async with engine.connect() as conn:
         listed = (await matching.explain(conn, described, settings, keeper))["task_queues"]
     chances = {tq["task_queue_id"]: tq["probability"] for tq in listed if tq["probability"] > 0}

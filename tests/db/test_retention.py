@@ -115,12 +115,12 @@ async def test_final_jobs_go_after_their_days_with_their_specs_events_and_reques
     }  # fmt: skip
     assert await job_ids(world) == everything
     run = await purge(world, days_ahead(1.5))
-    assert run["jobs"] == {"Done": 3, "Failed": 0, "Killed": 0}
+    assert run["jobs"] == {"Done": 3, "Failed": 0, "HandedOff": 0, "Killed": 0}
     assert await job_ids(world) == everything - set(done)
     run = await purge(world, days_ahead(2.5))
-    assert run["jobs"] == {"Done": 0, "Failed": 0, "Killed": 1}
+    assert run["jobs"] == {"Done": 0, "Failed": 0, "HandedOff": 0, "Killed": 1}
     run = await purge(world, days_ahead(100))
-    assert run["jobs"] == {"Done": 0, "Failed": 1, "Killed": 0}
+    assert run["jobs"] == {"Done": 0, "Failed": 1, "HandedOff": 0, "Killed": 0}
     # what is not final stays, however old
     assert await job_ids(world) == {waiting, still_matched, running}
     remaining = {waiting, still_matched, running}
@@ -156,7 +156,7 @@ async def test_the_archive_holds_each_purged_job_as_it_was(world_of, tmp_path):
     events = {job_id: await rows(world, job_events, job_events.c.job_id == job_id) for job_id in ids}
 
     run = await purge(world, days_ahead(30))
-    assert (run["archived"], run["jobs"]) == (3, {"Done": 2, "Failed": 1, "Killed": 0})
+    assert (run["archived"], run["jobs"]) == (3, {"Done": 2, "Failed": 1, "HandedOff": 0, "Killed": 0})
     (archive_file,) = directory.iterdir()
     assert archive_file.name == f"jobs-{utcnow():%Y-%m-%d}.jsonl.gz"  # the day they finished (UTC)
     with gzip.open(archive_file) as stream:
@@ -224,7 +224,7 @@ async def test_an_archive_that_cannot_be_written_stops_the_purge_before_it_delet
     run = await purge(world, days_ahead(30))
     assert "archive directory" in run["error"] and str(not_a_directory) in run["error"]
     assert (run["jobs"], run["archived"], run["request_ids"], run["pilots"]) == (
-        {"Done": 0, "Failed": 0, "Killed": 0}, 0, 0, 0,
+        {"Done": 0, "Failed": 0, "HandedOff": 0, "Killed": 0}, 0, 0, 0,
     )  # fmt: skip
     assert await job_ids(world) == {done}
     assert (await count(world, match_requests), await count(world, pilots)) == (requests, pilot_rows) == (1, 1)

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.jobs.models import JobSpec, StatusUpdate
-from fairmatch.matching.resource import ResourceDescription
+from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.priority.groups import GroupUpdate
 from fairmatch.services import groups, history, jobs, matching, priorities, submission, taskqueues
 from fairmatch.services.keeper import Keeper
@@ -46,7 +46,7 @@ class World:
     async def sample(self, now: datetime) -> bool:
         """One history sample of the running jobs, taken at `now`."""
         p = self.settings.priority
-        return await history.sample(self.conn, now, p.sample_seconds, keep_seconds=3600)
+        return await history.sample(self.conn, now, p.sample_seconds, keep_seconds=3600, reported_seconds=p.reported_running_seconds)
 
     async def shares(self) -> dict[str, Any]:
         return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")
@@ -55,7 +55,7 @@ class World:
         return await taskqueues.read_task_queues(self.conn)
 
     async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
-        described = ResourceDescription(**resource)
+        described = ClaimingResource(**resource)
         return await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:

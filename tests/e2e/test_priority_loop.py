@@ -198,10 +198,10 @@ def test_averages_count_empty_instants_and_old_samples_are_pruned(clean):
         async with read_transaction(conn):
             recent = await PriorityDB.of(conn).average_running(None, now - timedelta(seconds=60))
             users = await PriorityDB.of(conn).average_running("g", now - timedelta(seconds=60))
-        took = await history.sample(conn, now, every_seconds=5, keep_seconds=3600)
+        took = await history.sample(conn, now, every_seconds=5, keep_seconds=3600, reported_seconds=600)
         async with conn.begin():
             left = (await conn.execute(sa.select(sa.func.count()).select_from(history_samples))).scalar()
-        again = await history.sample(conn, now, every_seconds=5, keep_seconds=3600)
+        again = await history.sample(conn, now, every_seconds=5, keep_seconds=3600, reported_seconds=600)
         return recent, users, took, left, again
 
     recent, users, took, left, again = _run(clean, scenario)

@@ -78,7 +78,7 @@ def test_the_background_purge_archives_and_deletes_finished_jobs_and_says_so(
     (waiting,) = submit(server, 1, sites=["elsewhere"])
 
     purged = until(lambda: (run := last_purge(server)) and run["jobs"]["Done"] and run)
-    assert (purged["jobs"], purged["archived"], purged["error"]) == ({"Done": 1, "Failed": 0, "Killed": 0}, 1, None)
+    assert (purged["jobs"], purged["archived"], purged["error"]) == ({"Done": 1, "Failed": 0, "HandedOff": 0, "Killed": 0}, 1, None)
     with server.client() as client:
         assert client.get(f"/jobs/{done}").status_code == 404
         assert client.get(f"/jobs/{waiting}").json()["status"] == "Waiting"
@@ -120,7 +120,7 @@ def test_jobs_purge_counts_then_deletes_the_final_jobs_asked_for(private_server_
     def purge(*args: str) -> dict:
         return succeeded(run_fairmatch("jobs", "purge", *args, "--url", server.url, env=cli_env, cwd=tmp_path))
 
-    assert purge("--older-than", "3h")["jobs"] == {"Done": 0, "Failed": 0, "Killed": 0}
+    assert purge("--older-than", "3h")["jobs"] == {"Done": 0, "Failed": 0, "HandedOff": 0, "Killed": 0}
     counted = purge("--older-than", "90m", "--status", "done", "--status", "Killed", "--dry-run")
     assert (counted["dry_run"], counted["jobs"]) == (True, {"Done": 2, "Killed": 1})
     with server.client() as client:
@@ -131,11 +131,11 @@ def test_jobs_purge_counts_then_deletes_the_final_jobs_asked_for(private_server_
     screen = io.StringIO()
     Console(file=screen, width=120).print(purged_table(purged))
     assert "Jobs deleted" in screen.getvalue() and "0 archived" in screen.getvalue()
-    assert purge("--older-than", "0.05d")["jobs"] == {"Done": 0, "Failed": 1, "Killed": 0}
+    assert purge("--older-than", "0.05d")["jobs"] == {"Done": 0, "Failed": 1, "HandedOff": 0, "Killed": 0}
     with server.client() as client:
         assert [client.get(f"/jobs/{job_id}").status_code for job_id in [*done, failed, killed]] == [404] * 4
         assert client.get(f"/jobs/{running}").json()["status"] == "Running"  # never a job that is not final
-    assert last_purge(server)["jobs"] == {"Done": 0, "Failed": 1, "Killed": 0}
+    assert last_purge(server)["jobs"] == {"Done": 0, "Failed": 1, "HandedOff": 0, "Killed": 0}
 
     bad = run_fairmatch("jobs", "purge", "--older-than", "3 weeks", "--url", server.url, env=cli_env, cwd=tmp_path)
     assert_failed(bad, 2, "not a duration such as 90m, 12h or 3d")
