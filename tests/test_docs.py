@@ -114,7 +114,8 @@ def module_files() -> frozenset[str]:
 def variables_the_code_reads() -> frozenset[str]:
     """`FAIRMATCH_*` names in the code's string literals (not its docstrings) and deployment files."""
     names: set[str] = set()
-    for root in ("fairmatch", "tests", "bench", "ops"):
+    roots = ("fairmatch", "tests", "bench", "ops", *(f"integrations/dirac/{part}" for part in ("src", "tests", "ci")))
+    for root in roots:
         for path in (ROOT / root).rglob("*.py"):
             if path == Path(__file__).resolve():
                 continue  # the samples below name variables nothing reads, on purpose

@@ -1,9 +1,12 @@
 """Fresh DIRAC databases on MariaDB from the .sql files of the installed DIRAC.
 
-Drops and creates JobDB, JobLoggingDB and PilotAgentsDB (idempotent), as DIRAC's own
-installer does (ComponentInstaller.installDatabase), through the `mariadb`/`mysql`
-client: it runs the files as they are. Run it with the DIRAC venv's python, which
-is where it finds the .sql files; also imported by the tests' conftest.
+Drops and creates JobDB, JobLoggingDB, PilotAgentsDB and TaskQueueDB (idempotent), as
+DIRAC's own installer does (ComponentInstaller.installDatabase), through the `mariadb`/`mysql`
+client: it runs the files as they are. TaskQueueDB is DIRAC's original MySQL one, which the
+migration tests (fairmatch-dirac import/export) move jobs from and to: its .sql file only
+names the database, DIRAC's class creates its tables when it is first constructed.
+Run it with the DIRAC venv's python, which is where it finds the .sql files; also imported
+by the tests' conftest.
 
     FAIRMATCH_DIRAC_MYSQL      user[:password]@host:port   (default root@127.0.0.1:3306)
     FAIRMATCH_DIRAC_DB_PREFIX  prefix of the database names (default none: DIRAC's names)
@@ -20,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-DATABASES = ("JobDB", "JobLoggingDB", "PilotAgentsDB")
+DATABASES = ("JobDB", "JobLoggingDB", "PilotAgentsDB", "TaskQueueDB")
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ class FairmatchService:
         self.log_path = WORKDIR / "fairmatch.log"
         self.process: subprocess.Popen | None = None
         self.pg_name: str | None = None
+        self.database_url: str | None = None
         config = WORKDIR / "fairmatch.toml"
         config.write_text("# settings come from the environment in these tests\n")
         # The service refuses FAIRMATCH_* variables that name no setting (fairmatch/settings_env.py),
@@ -138,7 +139,11 @@ class FairmatchService:
             self.pg_name = None
 
     def start(self) -> None:
-        env = self.base_env | {"FAIRMATCH_DATABASE_URL": self._new_database()}
+        self.database_url = self._new_database()
+        self._serve(self.database_url)
+
+    def _serve(self, database_url: str) -> None:
+        env = self.base_env | {"FAIRMATCH_DATABASE_URL": database_url}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(FAIRMATCH_BIN / "fairmatch"), "serve", "--host", "127.0.0.1", "--port", str(PORT)],
@@ -161,6 +166,11 @@ class FairmatchService:
         pytest.fail(f"fairmatch not ready in 60 s (exit {self.process.returncode}):\n{tail}", pytrace=False)
 
     def stop(self) -> None:
+        self.halt()
+        self._drop_database()
+
+    def halt(self) -> None:
+        """Stop the service, keeping its database: `resume()` serves the same jobs again."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -168,7 +178,10 @@ class FairmatchService:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self._drop_database()
+
+    def resume(self) -> None:
+        """Start the service again on the database `halt()` kept (same URL, same jobs)."""
+        self._serve(self.database_url)
 
     def reset(self) -> None:
         self.stop()
@@ -228,5 +241,6 @@ def dirac() -> None:
 
 @pytest.fixture
 def dirac_databases() -> mariadb.MySQL:
-    """Empty JobDB, JobLoggingDB and PilotAgentsDB, made again from DIRAC's .sql files (~0.2 s)."""
+    """Empty JobDB, JobLoggingDB, PilotAgentsDB and (DIRAC's MySQL) TaskQueueDB, made again from
+    DIRAC's .sql files (~0.2 s)."""
     return mariadb.recreate(MYSQL)

@@ -1,22 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """``fairmatch-dirac``: move DIRAC's waiting jobs between its MySQL TaskQueueDB and fairmatch.
 
-``fairmatch-dirac import``
-    every job waiting in the MySQL TaskQueueDB goes to fairmatch, with its task queue's
-    requirements and its user priority; once fairmatch holds it, it leaves MySQL.
-``fairmatch-dirac export``
-    every Waiting fairmatch job with a DIRAC job id (external id) goes back to the MySQL
-    TaskQueueDB; once MySQL holds it, it is withdrawn from fairmatch.
-
-A job is always put into the target before it is taken out of the source, so that none is
-lost; a job found in both after an interruption is harmless (DIRAC's insertJob upserts by
-JobId, fairmatch replaces the Waiting holder of an external id), and a re-run finishes the
-move. A job matched from the source while it is being moved is taken back out of the target.
-Run it with the Matcher and the optimizers stopped for a clean cut-over.
-
-Both commands need DIRAC's configuration (the TaskQueueDB's MySQL section) and fairmatch's
-address (``FAIRMATCH_URL``/``FAIRMATCH_TOKEN`` or the TaskQueueDB's ``FairmatchURL``/
-``FairmatchToken`` options). ``--dry-run`` only counts. A JSON summary ends the output.
+The text of ``HELP`` below is what ``fairmatch-dirac --help`` prints.
 """
 
 from __future__ import annotations
@@ -39,6 +24,36 @@ FAIRMATCH_LISTS = {
     "JobTypes": "job_types",
     "Tags": "tags",
 }
+
+
+HELP = """\
+Move DIRAC's waiting jobs between DIRAC's own MySQL TaskQueueDB and fairmatch, to switch a
+DIRAC installation to the FairmatchDIRAC extension (import) or back (export).
+
+  import   every job waiting in the MySQL TaskQueueDB (its tq_Jobs) goes to fairmatch, as a
+           Waiting job whose external id is the DIRAC JobID, with its task queue's
+           requirements (owner, group, CPU time, sites, banned sites, grid CEs, platforms,
+           job types, tags, RAM) and its user priority; once fairmatch holds it, it is
+           deleted from MySQL. The task queues left empty are deleted.
+  export   every Waiting fairmatch job whose external id is a DIRAC JobID goes back into
+           the MySQL TaskQueueDB with the same requirements and user priority; once MySQL
+           holds it, it is withdrawn from fairmatch (it ends Killed there). Jobs without a
+           numeric external id are not DIRAC's: they are counted as skipped and stay.
+
+A job is always put into the target before it is taken out of the source, so none is lost
+if the command stops midway (killed, a service down): the jobs then found in both are
+harmless (DIRAC's insertJob replaces a JobID's entry, fairmatch replaces the Waiting job
+holding an external id) and running the same command again finishes the move. A job matched
+from the source while it is being moved is taken back out of the target, so it never runs
+twice. For a clean cut-over, stop DIRAC's Matcher and optimizers while it runs.
+
+It needs DIRAC's configuration (the MySQL settings of the TaskQueueDB's section,
+/Systems/WorkloadManagement/Databases/TaskQueueDB) and fairmatch's address: --url, else
+FAIRMATCH_URL, else that section's FairmatchURL option (token: --token, FAIRMATCH_TOKEN,
+FairmatchToken). --dry-run only counts. The JSON summary (found, moved, already_gone,
+skipped, failed, errors, seconds) is all that goes to standard output; progress and DIRAC's
+log go to standard error. Exit status 0 when no job failed, 1 otherwise.
+"""
 
 
 class Summary:
@@ -72,7 +87,25 @@ class Summary:
 
     def dump(self):
         self.data["seconds"] = round(time.monotonic() - self.started, 1)
-        print(json.dumps(self.data, indent=2, sort_keys=True))
+        print(json.dumps(self.data, indent=2, sort_keys=True), file=_summaryOut or sys.stdout, flush=True)
+
+
+#: where the JSON summary goes: the standard output as it was before DIRAC's log was sent
+#: to the standard error
+_summaryOut = None
+
+
+def _stdoutForTheSummaryOnly():
+    """Standard output keeps only the summary: file descriptor 1 becomes the standard error
+    (DIRAC's log handlers write to whatever sys.stdout was when DIRAC was imported, and to
+    the descriptor), and the summary goes to a copy of the original descriptor."""
+    global _summaryOut
+    sys.stdout.flush()
+    try:
+        _summaryOut = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+    except OSError:  # no usable descriptors: leave things as they are
+        _summaryOut = None
 
 
 def _initialize(args):
@@ -85,6 +118,12 @@ def _initialize(args):
     kwargs = {}
     if args.host_credentials:
         kwargs["host_credentials"] = True
+    if args.no_auth:
+        kwargs["require_auth"] = False
+    if not args.verbose:
+        from DIRAC.FrameworkSystem.private.standardLogging.LogLevels import LogLevel
+
+        kwargs["log_level"] = LogLevel.WARN
     DIRAC.initialize(**kwargs)
 
 
@@ -257,22 +296,50 @@ def exportJobs(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="fairmatch-dirac",
-        description="Move DIRAC's waiting jobs between its MySQL TaskQueueDB and fairmatch.",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{import,export}")
     for name, func, text in (
-        ("import", importJobs, "MySQL TaskQueueDB -> fairmatch"),
-        ("export", exportJobs, "fairmatch -> MySQL TaskQueueDB"),
+        (
+            "import",
+            importJobs,
+            "MySQL TaskQueueDB -> fairmatch: each waiting job into fairmatch (external id = JobID, same "
+            "requirements and user priority), then out of MySQL.",
+        ),
+        (
+            "export",
+            exportJobs,
+            "fairmatch -> MySQL TaskQueueDB: each Waiting fairmatch job with a DIRAC JobID as external id "
+            "into MySQL (same requirements and user priority), then withdrawn from fairmatch.",
+        ),
     ):
-        p = sub.add_parser(name, help=text, description=text)
+        p = sub.add_parser(
+            name,
+            help=text,
+            description=f"{text} Safe to run again after an interruption: a job is put into the target "
+            "before it leaves the source. Its JSON summary is all it writes to standard output; exit status 1 "
+            "when a job failed to move.",
+        )
         p.add_argument("--dry-run", action="store_true", help="only count the jobs that would move")
-        p.add_argument("--url", help="fairmatch's address (default: FAIRMATCH_URL or the FairmatchURL option)")
-        p.add_argument("--token", help="fairmatch's token (default: FAIRMATCH_TOKEN or the FairmatchToken option)")
+        p.add_argument(
+            "--url", help="fairmatch's address (default: FAIRMATCH_URL, else the TaskQueueDB's FairmatchURL option)"
+        )
+        p.add_argument(
+            "--token", help="fairmatch's token (default: FAIRMATCH_TOKEN, else the TaskQueueDB's FairmatchToken option)"
+        )
         p.add_argument("--host-credentials", action="store_true", help="use the host certificate for DIRAC")
+        p.add_argument(
+            "--no-auth",
+            action="store_true",
+            help="read DIRAC's local configuration only (DIRACSYSCONFIG, etc/dirac.cfg): no Configuration Server",
+        )
+        p.add_argument("--verbose", action="store_true", help="DIRAC's log at INFO level (default: warnings only)")
         if name == "import":
             p.add_argument("--batch", type=int, default=BATCH, help=f"jobs per POST /jobs (default {BATCH})")
         p.set_defaults(func=func)
     args = parser.parse_args(argv)
+    _stdoutForTheSummaryOnly()
     _initialize(args)
     return args.func(args)
 

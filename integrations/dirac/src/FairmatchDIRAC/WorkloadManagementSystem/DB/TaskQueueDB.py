@@ -287,9 +287,8 @@ class TaskQueueDB:
                 return S_ERROR(f"Range value field {field} value type is not valid: {type(tqDefDict[field])}")
             if tqDefDict[field] < 0:
                 return S_ERROR(f"Range value field {field} must be non-negative: {tqDefDict[field]}")
-        if "MinRAM" in tqDefDict and "MaxRAM" in tqDefDict:
-            if tqDefDict["MaxRAM"] > 0 and tqDefDict["MinRAM"] > tqDefDict["MaxRAM"]:
-                return S_ERROR(f"MinRAM ({tqDefDict['MinRAM']}) cannot be greater than MaxRAM ({tqDefDict['MaxRAM']})")
+        if "MinRAM" in tqDefDict and 0 < tqDefDict.get("MaxRAM", 0) < tqDefDict["MinRAM"]:
+            return S_ERROR(f"MinRAM ({tqDefDict['MinRAM']}) cannot be greater than MaxRAM ({tqDefDict['MaxRAM']})")
         return S_OK(tqDefDict)
 
     def _checkMatchDefinition(self, tqMatchDict):
