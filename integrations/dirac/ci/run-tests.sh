@@ -16,7 +16,9 @@ export FAIRMATCH_BIN=${FAIRMATCH_BIN:-$REPO/.venv/bin}
 
 cd "$REPO"
 set +e
-"$VENV/bin/python" -m pytest "$HERE/tests" -p no:cacheprovider "$@"
+# the whole suite, or the test files and node ids given first
+if [ $# -gt 0 ] && [ -e "${1%%::*}" ]; then targets=(); else targets=("$HERE/tests"); fi
+"$VENV/bin/python" -m pytest "${targets[@]}" -p no:cacheprovider "$@"
 rc=$?
 set -e
 # 5: no test was collected, which here means the suite is broken, not that all is well
