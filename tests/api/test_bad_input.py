@@ -53,12 +53,10 @@ def without(key: str) -> dict:
 
 
 @pytest.fixture
-def api(server) -> httpx.Client:
-    """A client that leaves the tables alone: rejected input must not depend on, or touch, them.
-
-    (Tests that look at what is stored use `client`, which empties the tables first.)
-    Plain http: no TLS context to build (~30 ms a test).
-    """
+def api(server, clean) -> httpx.Client:
+    """A client on emptied tables: what an earlier test left (an association tree, a job
+    class) must not decide whether a test's own job is accepted. Plain http: no TLS context
+    to build (~30 ms a test)."""
     with server.client() as c:
         yield c
 
