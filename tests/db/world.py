@@ -46,7 +46,9 @@ class World:
     async def sample(self, now: datetime) -> bool:
         """One history sample of the running jobs, taken at `now`."""
         p = self.settings.priority
-        return await history.sample(self.conn, now, p.sample_seconds, keep_seconds=3600, reported_seconds=p.reported_running_seconds)
+        return await history.sample(
+            self.conn, now, p.sample_seconds, keep_seconds=3600, reported_seconds=p.reported_running_seconds
+        )
 
     async def shares(self) -> dict[str, Any]:
         return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")

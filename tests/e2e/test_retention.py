@@ -78,7 +78,11 @@ def test_the_background_purge_archives_and_deletes_finished_jobs_and_says_so(
     (waiting,) = submit(server, 1, sites=["elsewhere"])
 
     purged = until(lambda: (run := last_purge(server)) and run["jobs"]["Done"] and run)
-    assert (purged["jobs"], purged["archived"], purged["error"]) == ({"Done": 1, "Failed": 0, "HandedOff": 0, "Killed": 0}, 1, None)
+    assert (purged["jobs"], purged["archived"], purged["error"]) == (
+        {"Done": 1, "Failed": 0, "HandedOff": 0, "Killed": 0},
+        1,
+        None,
+    )
     with server.client() as client:
         assert client.get(f"/jobs/{done}").status_code == 404
         assert client.get(f"/jobs/{waiting}").json()["status"] == "Waiting"
