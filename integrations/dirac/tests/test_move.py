@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from FairmatchDIRAC.fields import LIST_FIELDS
 
 pytestmark = pytest.mark.usefixtures("dirac")
 
 COMMAND = str(Path(sys.executable).parent / "fairmatch-dirac")
-LIST_FIELDS = ("Sites", "BannedSites", "GridCEs", "Platforms", "JobTypes", "Tags")
+
 # requirement sets: (owner, group, requirements beside Owner/OwnerGroup)
 REQUIREMENTS = [
     ("alice", "user", {"CPUTime": 3600}),
@@ -159,9 +160,7 @@ def fairmatch_state(fairmatch) -> dict[int, tuple[tuple, int]]:
         jid = int(job["external_id"])
         assert jid not in state, f"JobID {jid} waits twice in fairmatch"
         tq = {"Owner": job["owner"], "OwnerGroup": job["owner_group"], "CPUTime": job["cpu_time"]}
-        for field, name in zip(
-            LIST_FIELDS, ("sites", "banned_sites", "grid_ces", "platforms", "job_types", "tags"), strict=True
-        ):
+        for field, name in LIST_FIELDS.items():
             tq[field] = job[name]
         tq["MinRAM"], tq["MaxRAM"] = job["min_ram_mb"], job["max_ram_mb"]
         state[jid] = (_norm(tq), int(job["user_priority"]))

@@ -12,18 +12,11 @@ import os
 import sys
 import time
 
+from FairmatchDIRAC.fields import LIST_FIELDS
+
 BATCH = 500
 PAGE = 1000
 MAX_ERRORS_SHOWN = 20
-LIST_FIELDS = ("Sites", "BannedSites", "GridCEs", "Platforms", "JobTypes", "Tags")
-FAIRMATCH_LISTS = {
-    "Sites": "sites",
-    "BannedSites": "banned_sites",
-    "GridCEs": "grid_ces",
-    "Platforms": "platforms",
-    "JobTypes": "job_types",
-    "Tags": "tags",
-}
 
 
 HELP = """\
@@ -241,7 +234,7 @@ def _waitingFairmatchJobs(fairmatch):
 
 def _definitionOfJob(job):
     tqDef = {"Owner": job["owner"], "OwnerGroup": job["owner_group"], "CPUTime": int(job.get("cpu_time") or 0)}
-    for field, name in FAIRMATCH_LISTS.items():
+    for field, name in LIST_FIELDS.items():
         if job.get(name):
             tqDef[field] = list(job[name])
     if job.get("min_ram_mb") or job.get("max_ram_mb"):

@@ -36,6 +36,7 @@ from FairmatchDIRAC.api import (
     FairmatchAPI,
     segment,
 )
+from FairmatchDIRAC.fields import LIST_FIELDS
 
 DEFAULT_GROUP_SHARE = 1000
 TQ_MIN_SHARE = 0.001
@@ -65,15 +66,6 @@ DEFAULT_CPU_SEGMENTS = (
     int(12.5 * 86400),
 )
 
-# DIRAC's requirement fields -> fairmatch's job fields
-LIST_FIELDS = {
-    "Sites": "sites",
-    "BannedSites": "banned_sites",
-    "GridCEs": "grid_ces",
-    "Platforms": "platforms",
-    "JobTypes": "job_types",
-    "Tags": "tags",
-}
 # the match-dictionary keys DIRAC's TaskQueueDB reads, forwarded as they are
 MATCH_KEYS = (
     "Owner",
