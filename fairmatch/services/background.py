@@ -6,7 +6,9 @@ harmless. The priority loop and the history sampler run in one process at a
 time (advisory locks) and skip when another process just did them; so does the
 purge of what the retention settings no longer keep. Each
 process writes the empty matches (204s) it counted every second, and once
-more when it stops.
+more when it stops; and every second gives new priorities to the groups whose
+task queue one of its matches ran dry, so that their share goes to their other
+queues at once rather than at the next priority run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ log = logging.getLogger("fairmatch.background")
 
 # how often a process writes the 204s it counted (fairmatch/services/pilots.py)
 EMPTY_MATCH_FLUSH_SECONDS = 1.0
+# how often a process sets again the priorities of the groups whose queue its matches ran dry
+DRAINED_REFRESH_SECONDS = 1.0
 
 Step = Callable[[AsyncConnection], Awaitable[int | bool | None]]
 
@@ -123,6 +127,8 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
                                    first_delay=min(1.0, p.interval_seconds))),
         asyncio.create_task(_write_empty_matches(engine, EMPTY_MATCH_FLUSH_SECONDS)),
+        asyncio.create_task(_every(DRAINED_REFRESH_SECONDS, engine, "groups with a queue run dry given new priorities",
+                                   lambda c: priority_service.refresh_drained(c, settings))),
     ]  # fmt: skip
     if settings.retention.enabled:
         interval = settings.retention.interval_seconds

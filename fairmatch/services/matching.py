@@ -36,6 +36,7 @@ from fairmatch.metrics import (
 )
 from fairmatch.services.keeper import Keeper
 from fairmatch.services.pilots import tally_of
+from fairmatch.services.priorities import drained_of
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.matching")
@@ -192,6 +193,8 @@ async def _match(
         _log_decision(resource, None, None)
         return None, "no_match"
     tq_id = claimed.job.task_queue_id
+    if claimed.tq_now_empty:  # its group's share goes to its other queues within a second
+        drained_of(conn.engine).note(claimed.job.owner_group)
     _log_decision(resource, tq_id, claimed.job.id)
     return _answer(claimed.job, tq_id), "matched"
 

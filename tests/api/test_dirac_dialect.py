@@ -209,3 +209,17 @@ def test_a_report_of_running_jobs_replaces_the_source_s_last(client):
     assert_problem(
         client.put("/running/dirac", json={"running": [{"owner_group": "g", "owner": "a", "jobs": -1}]}), 422
     )
+
+
+def test_a_queue_run_dry_gives_its_share_to_its_group_s_other_queues_within_seconds(client):
+    client.put("/groups/myGroup", json={"job_share": 1000.0})
+    [small] = submit(client, spec(job_types=["Merge"]))
+    big = submit(client, *[spec(job_types=["User"])] * 5)[0]["task_queue_id"]
+    assert client.post("/priorities/recompute").status_code == 200
+    assert client.get(f"/taskqueues/{big}").json()["priority"] == pytest.approx(500.0)
+    taken = client.post("/match", json={"Site": "S", "CPUTime": 10**6, "JobID": small["job_id"], **DIRAC})
+    assert taken.status_code == 200
+    deadline = time.monotonic() + 10
+    while client.get(f"/taskqueues/{big}").json()["priority"] != pytest.approx(1000.0):
+        assert time.monotonic() < deadline, client.get(f"/taskqueues/{big}").json()["priority"]
+        time.sleep(0.2)

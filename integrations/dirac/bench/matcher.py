@@ -138,6 +138,11 @@ def generate(n_jobs: int, n_pilots: int, seed: int, multicore: float, unrestrict
             sizes[i] += step
             diff -= step
         k += 1
+    if unrestricted:
+        # as many jobs in every queue: a queue that runs dry leaves the draw until the next
+        # priority run gives its share to the others, in DIRAC as in fairmatch, and the matches
+        # of a small queue's group would then fall short of its share for reasons of size
+        sizes = [n_jobs // len(rows)] * len(rows)
     tqs = []
     for r, size in zip(rows, sizes):
         group = r["OwnerGroup"]
@@ -202,7 +207,7 @@ def jdl_of(job: dict, tq: dict) -> str:
         f'JobName = "{tq["JobTypes"][0]}_{job["id"]:08d}"; JobType = "{tq["JobTypes"][0]}"; '
         f'Owner = "{tq["Owner"]}"; OwnerGroup = "{tq["OwnerGroup"]}"; VirtualOrganization = "{VO}"; '
         f"Priority = {job['prio']}; CPUTime = {tq['CPUTime']}; Site = {{{sites}}}; "
-        f'Platform = "{tq["Platforms"][0]}"; '
+        f'Platform = "{tq.get("Platforms", ["ANY"])[0]}"; '
         f'InputSandbox = {{"jobDescription.xml", "LFN:/lhcb/user/bench/sandbox_{job["id"]}.tar.bz2"}}; '
         f'OutputSandbox = {{"std.out", "std.err", "*.log"}}; StdOutput = "std.out"; StdError = "std.err"; '
         f'LogLevel = "INFO"; JobID = {job["id"]}; ]'
