@@ -361,7 +361,7 @@ def _values(given: str | list[str] | None, unstated: frozenset[str] | None) -> f
     if given is None:
         return unstated
     items = [given] if isinstance(given, str) else list(given)
-    if any(v.lower() == ANY for v in items):
+    if any(is_any(v) for v in items):
         return None
     return frozenset(items)
 
