@@ -60,25 +60,13 @@ async def withdraw(
     """Take the Waiting or Held job holding the external id out of the queues for good (it ends
     Killed, as DIRAC's deleteJob takes a job out of its TaskQueueDB); 404 when no unfinished
     job holds it, 409 when its holder is no longer waiting (a match took it first)."""
-    now = utcnow()
-    async with conn.begin():
-        job_db = JobDB.of(conn)
-        row = await job_db.by_external_id(external_id, scope)
-        if row is None or JobStatus(row.status) in FINAL:
-            raise NotFound(f"no unfinished job holds external id {external_id!r}")
-        removed_from = await job_db.remove_waiting(row.id)  # tq_jobs first: the claim locks in that order
-        state = await job_db.lock_state(row.id, scope)
-        if state is None or state.status not in (JobStatus.Waiting, JobStatus.Held):
-            status = "gone" if state is None else state.status
-            raise Conflict(f"job {row.id} (external id {external_id!r}) is {status}, no longer waiting")
-        minor = "Withdrawn by its submitter"
-        after = await job_db.update(
-            row.id, status=JobStatus.Killed.value, minor_status=minor, finished_at=now, lease_expires_at=None
-        )
-        await job_db.record_events([row.id], JobStatus.Killed, now, "withdraw", minor, by=by)
-    if removed_from is not None:
-        await taskqueues.delete_if_empty(conn, removed_from)
-    return job_dict(after)
+    async with read_transaction(conn):
+        row = await JobDB.of(conn).by_external_id(external_id, scope)
+    if row is None or JobStatus(row.status) in FINAL:
+        raise NotFound(f"no unfinished job holds external id {external_id!r}")
+    return await kill(
+        conn, row.id, scope, by=by, waiting_only=True, source="withdraw", minor_status="Withdrawn by its submitter"
+    )
 
 
 async def history(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
@@ -247,14 +235,29 @@ async def reschedule(
     return job_dict(row)
 
 
-async def kill(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED, *, by: str) -> dict[str, Any]:
+async def kill(
+    conn: AsyncConnection,
+    job_id: int,
+    scope: JobScope = UNRESTRICTED,
+    *,
+    by: str,
+    waiting_only: bool = False,
+    source: str = "kill",
+    minor_status: str | None = None,
+) -> dict[str, Any]:
+    """The job ends Killed (409 once final); with `waiting_only`, only a Waiting or Held job does."""
     now = utcnow()
     async with conn.begin():
         job_db = JobDB.of(conn)
         removed_from = await job_db.remove_waiting(job_id)  # tq_jobs first: the claim locks in that order
-        await lock_for_transition(job_db, job_id, JobStatus.Killed, scope)
-        row = await job_db.update(job_id, status=JobStatus.Killed.value, finished_at=now, lease_expires_at=None)
-        await job_db.record_events([job_id], JobStatus.Killed, now, "kill", by=by)
+        state = await lock_for_transition(job_db, job_id, JobStatus.Killed, scope)
+        if waiting_only and state.status not in (JobStatus.Waiting, JobStatus.Held):
+            raise Conflict(f"job {job_id} is {state.status}, no longer waiting")
+        minor = {} if minor_status is None else {"minor_status": minor_status}
+        row = await job_db.update(
+            job_id, status=JobStatus.Killed.value, finished_at=now, lease_expires_at=None, **minor
+        )
+        await job_db.record_events([job_id], JobStatus.Killed, now, source, minor_status, by=by)
     if removed_from is not None:
         await taskqueues.delete_if_empty(conn, removed_from)
     return job_dict(row)
