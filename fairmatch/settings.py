@@ -12,6 +12,7 @@ the prefix stops the start, unless the project reads it itself
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,10 @@ class ServerSettings(Section):
 
 
 MAX_DAYS = 36500  # a century: anything beyond is a unit mistake
+# the spans the overview's chart of achieved shares offers, by the name its `span` parameter takes
+SHARE_CHART_SPANS = {
+    "1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24), "7d": timedelta(days=7),
+}  # fmt: skip
 
 
 class ConsoleSettings(Section):
@@ -96,9 +101,13 @@ class ConsoleSettings(Section):
         6,
         gt=0,
         le=24 * 14,
-        description="How far back the overview's chart of achieved shares reaches; running-job samples "
-        "are kept at least this long.",
+        description="How far back the overview's chart of achieved shares reaches when the page names no span "
+        "(it offers 1 h, 6 h, 24 h and 7 d); running-job samples are kept as long as the longest of these.",
     )
+
+    def samples_kept(self) -> timedelta:
+        """How long the chart of shares needs running-job samples: its longest span."""
+        return max(timedelta(hours=self.share_hours), *SHARE_CHART_SPANS.values())
 
 
 class RetentionSettings(Section):

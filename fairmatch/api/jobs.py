@@ -19,7 +19,7 @@ from fairmatch.errors import BadRequest, InvalidInput
 from fairmatch.fields import Name
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
-from fairmatch.jobs.filters import MAX_ID, JobQuery
+from fairmatch.jobs.filters import MAX_ID, JobOrder, JobQuery
 from fairmatch.jobs.models import PurgeRequest, StatusUpdate, SubmitRequest
 from fairmatch.metrics import SUBMITTED_JOBS
 from fairmatch.services import audit, job_classes, jobs, reprioritise, retention, submission
@@ -34,20 +34,30 @@ JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 ExternalId = Annotated[Name, Path(description="The submitter's own id for the job (`external_id`).")]
 
 
-def encode_cursor(after_id: int) -> str:
-    return base64.urlsafe_b64encode(f"after:{after_id}".encode()).decode().rstrip("=")
+# a cursor names the last job of its page and the order it continues: ids after it, or before it
+CURSOR_PREFIXES = {JobOrder.oldest: "after", JobOrder.newest: "before"}
 
 
-def decode_cursor(cursor: str) -> int:
+def encode_cursor(last_id: int, order: JobOrder = JobOrder.oldest) -> str:
+    return base64.urlsafe_b64encode(f"{CURSOR_PREFIXES[order]}:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, order: JobOrder = JobOrder.oldest) -> int:
+    """The id a page continues from; BadRequest for a cursor not given out, or given for the other order."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, value = text.partition(":")
-        after_id = int(value)
-        if prefix != "after" or not 0 <= after_id <= MAX_ID:
+        last_id = int(value)
+        if prefix not in CURSOR_PREFIXES.values() or not 0 <= last_id <= MAX_ID:
             raise ValueError(text)
-        return after_id
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise BadRequest("cursor is not one this service gave out") from None
+    if prefix != CURSOR_PREFIXES[order]:
+        given = next(o for o, p in CURSOR_PREFIXES.items() if p == prefix)
+        raise BadRequest(
+            f"the cursor continues the order {given.value}, not {order.value}: ask with order={given.value}"
+        )
+    return last_id
 
 
 @router.post("", status_code=201, response_model=SubmitResponse, summary="Submit 1..10 000 jobs")
@@ -96,16 +106,17 @@ async def purge_jobs(body: PurgeRequest, caller: Admin, conn: Connection, settin
     return purged
 
 
-@router.get("", response_model=JobPage, summary="List jobs, oldest first")
+@router.get("", response_model=JobPage, summary="List jobs, oldest or newest first")
 async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery, Query()]) -> dict:
     """The jobs the caller sees (users: their own) that pass every given filter, in pages in
-    job-id order. A parameter this listing does not take is a 422 that names it."""
+    job-id order (`order=newest`: the reverse). A parameter this listing does not take is a 422
+    that names it."""
     cursor = query.after or query.cursor
-    after_id = decode_cursor(cursor) if cursor else 0
+    after_id = decode_cursor(cursor, query.order) if cursor else 0
     page, next_after = await jobs.list_jobs(
-        conn, query, after_id=after_id, limit=query.limit, scope=policy.job_scope(caller)
+        conn, query, after_id=after_id, limit=query.limit, scope=policy.job_scope(caller), order=query.order
     )
-    return {"jobs": page, "next_cursor": encode_cursor(next_after) if next_after else None}
+    return {"jobs": page, "next_cursor": encode_cursor(next_after, query.order) if next_after else None}
 
 
 @router.get("/{job_id}", response_model=Job, summary="One job")

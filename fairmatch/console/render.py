@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
-from fairmatch.console import auth
+from fairmatch.console import auth, states
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -74,6 +75,28 @@ def _number(value: float | int | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def significant(value: float | int | None, digits: int = 3) -> str:
+    """`value` to `digits` significant digits, in plain notation while that stays short, without
+    trailing zeros: 2,000 not 2e+03, 0.153 not 0.15312345, 1 not 1.00, 1.5e-07 for what would
+    be mostly zeros."""
+    if value is None:
+        return "—"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude < -3:
+        return f"{value:.{digits}g}"
+    decimals = digits - 1 - magnitude
+    if decimals <= 0:
+        return f"{round(value, decimals):,.0f}"
+    return f"{value:,.{decimals}f}".rstrip("0").rstrip(".")
+
+
+def percent(fraction: float | None, digits: int = 3) -> str:
+    """A fraction (0..1) as a percentage to `digits` significant digits: 0.4567 -> 45.7 %."""
+    return "—" if fraction is None else f"{significant(fraction * 100, digits)} %"
+
+
 def _to_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
@@ -85,8 +108,10 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-environment.filters.update(age=_age, when=_when, number=_number, to_json=_to_json)
-environment.globals.update(urlencode=urlencode)
+environment.filters.update(
+    age=_age, when=_when, number=_number, to_json=_to_json, significant=significant, percent=percent
+)
+environment.globals.update(urlencode=urlencode, state=states.shown, state_legend=states.legend)
 
 
 def page(

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 
 from fairmatch.auth.settings import AuthMode
-from fairmatch.console import auth, render
+from fairmatch.console import auth, render, states
 from fairmatch.console.forms import read_form
 from fairmatch.console.pages import ROUTERS
 from fairmatch.console.routing import PREFIX, console_router, local_path
@@ -22,6 +22,8 @@ _FILES = {
     for path in STATIC.iterdir()
     if path.is_file()
 }
+# the states' colours, generated from fairmatch/console/states.py
+_FILES["states.css"] = (states.stylesheet().encode(), "text/css")
 # no page is cached, but the files change only with the package's version
 STATIC_CACHE = "public, max-age=3600"
 

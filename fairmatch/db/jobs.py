@@ -29,7 +29,7 @@ from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chun
 from fairmatch.db.batches import batches_of
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
-from fairmatch.jobs.filters import JobFilter
+from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import FINAL, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
@@ -75,9 +75,17 @@ def filtered(filters: JobFilter) -> list[ColumnElement[bool]]:
     return conditions
 
 
-def listed(filters: JobFilter, *, after_id: int, scope: JobScope) -> list[ColumnElement[bool]]:
-    """The jobs a listing's page takes, in id order after `after_id`: within the scope, passing the filters."""
-    return [jobs.c.id > after_id, visible(scope), *filtered(filters)]
+def listed(
+    filters: JobFilter, *, after_id: int, scope: JobScope, order: JobOrder = JobOrder.oldest
+) -> list[ColumnElement[bool]]:
+    """The jobs a listing's page takes, past `after_id` in `order` (0: from the first): within the
+    scope, passing the filters. With `in_order`, the one rule of the listings' keyset pages."""
+    past = [] if not after_id else [jobs.c.id < after_id if order is JobOrder.newest else jobs.c.id > after_id]
+    return [*past, visible(scope), *filtered(filters)]
+
+
+def in_order(order: JobOrder) -> ColumnElement[Any]:
+    return jobs.c.id.desc() if order is JobOrder.newest else jobs.c.id.asc()
 
 
 def visible(scope: JobScope) -> ColumnElement[bool]:
@@ -190,10 +198,12 @@ class JobDB(AreaDB):
         stmt = select(e.at, e.status, e.minor_status, e.source, e.by).where(e.job_id == job_id).order_by(e.id)
         return (await self.conn.execute(stmt)).all()
 
-    async def page(self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope) -> Sequence[Any]:
-        """Up to `limit` whole jobs after `after_id` in id order, within the scope and filters."""
-        stmt = _whole_job().where(*listed(filters, after_id=after_id, scope=scope))
-        return (await self.conn.execute(stmt.order_by(jobs.c.id).limit(limit))).all()
+    async def page(
+        self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope, order: JobOrder = JobOrder.oldest
+    ) -> Sequence[Any]:
+        """Up to `limit` whole jobs past `after_id` in `order`, within the scope and filters."""
+        stmt = _whole_job().where(*listed(filters, after_id=after_id, scope=scope, order=order))
+        return (await self.conn.execute(stmt.order_by(in_order(order)).limit(limit))).all()
 
     async def lock_state(self, job_id: int, scope: JobScope) -> Any | None:
         """The job's status, owner, group, matcher, match time, lease, last report and reschedules, its row locked;

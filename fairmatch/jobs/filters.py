@@ -7,6 +7,7 @@ mistyped or not supported (`?sites=X`) must not silently list every job.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +16,13 @@ from fairmatch.fields import Moment, Name
 from fairmatch.jobs.lifecycle import JobStatus
 
 MAX_ID = 2**63 - 1
+
+
+class JobOrder(StrEnum):
+    """The order of a listing's pages: by job id, which is the order of submission."""
+
+    oldest = "oldest"
+    newest = "newest"
 
 
 class JobFilter(BaseModel):
@@ -50,6 +58,11 @@ class JobQuery(JobFilter):
     """A page of a listing: the filters, its size and where it continues."""
 
     limit: int = Field(100, ge=1, le=1000, description="At most this many jobs in the page.")
+    order: JobOrder = Field(
+        JobOrder.oldest,
+        description="`oldest`: in job-id order, the order of submission; `newest`: the latest submitted first. "
+        "A cursor continues the order that gave it.",
+    )
     after: str | None = Field(None, max_length=64, description="Continue after the page that gave this `next_cursor`.")
     cursor: str | None = Field(None, max_length=64, description="The former name of `after`, still accepted.")
 

@@ -35,6 +35,19 @@ def variants_column(origin: dict[str, Any]) -> str:
     return f"{variants['count']} summed" if variants["summed"] else str(variants["count"])
 
 
+# the columns in words, for readers who do not know sprio's headers (the console shows both)
+ORIGIN_WORDS = {
+    "multifactor": ("Fair share", "Age", "Job size", "User priority", "Job class priority", "Group priority level"),
+    "rank": ("Rank", "Priority level", "VO term", "Group term", "User term"),
+    "dirac": ("Entity share", "Weight", "Correction", "Own priority", "Site variants"),
+}
+
+
+def origin_labels(policy: str) -> list[tuple[str, str]]:
+    """(the column in words, its sprio header) of each of `origin_headers(policy)`."""
+    return list(zip(ORIGIN_WORDS.get(policy, ORIGIN_WORDS["dirac"]), origin_headers(policy), strict=True))
+
+
 def origin_headers(policy: str) -> tuple[str, ...]:
     """The columns of the policy's origin: multifactor's factors, rank's terms, dirac's share and weight."""
     if policy == "multifactor":

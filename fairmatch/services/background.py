@@ -93,7 +93,7 @@ async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
 def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
     runner = runner_name()
     # the corrections' longest slice, the console's chart of shares, and an hour at least
-    keep = max(corrections.longest_time_span(), settings.console.share_hours * 3600, 3600)
+    keep = max(corrections.longest_time_span(), settings.console.samples_kept().total_seconds(), 3600)
     p = settings.priority
 
     async def recompute(conn: AsyncConnection) -> int | None:

@@ -20,7 +20,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, InvalidInput, NotFound
-from fairmatch.jobs.filters import JobFilter
+from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed, starts
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
@@ -79,11 +79,17 @@ async def history(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRI
 
 
 async def list_jobs(
-    conn: AsyncConnection, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope = UNRESTRICTED
+    conn: AsyncConnection,
+    filters: JobFilter,
+    *,
+    after_id: int,
+    limit: int,
+    scope: JobScope = UNRESTRICTED,
+    order: JobOrder = JobOrder.oldest,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """One page in job-id order and the id to continue after (None at the end)."""
+    """One page in `order` (by job id) and the id to continue after (None at the end)."""
     async with read_transaction(conn):
-        rows = await JobDB.of(conn).page(filters, after_id=after_id, limit=limit + 1, scope=scope)
+        rows = await JobDB.of(conn).page(filters, after_id=after_id, limit=limit + 1, scope=scope, order=order)
     page = [job_dict(r) for r in rows[:limit]]
     next_after = rows[limit - 1].id if len(rows) > limit else None
     return page, next_after

@@ -1,4 +1,4 @@
-"""/ui/jobs: the jobs the caller sees, with the filters and cursor of `GET /jobs`;
+"""/ui/jobs: the jobs the caller sees, newest first, with the filters and cursor of `GET /jobs?order=newest`;
 /ui/jobs/{id}: one job and its history.
 
 Both read through the services the API calls, in the caller's JobScope (users: their
@@ -21,13 +21,14 @@ from fairmatch.auth import policy
 from fairmatch.console import auth, render
 from fairmatch.console.forms import chosen
 from fairmatch.console.routing import PREFIX, console_router
-from fairmatch.jobs.filters import JobFilter
+from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.services import bulk, jobs
 
 router = console_router()
 
 CURSOR = "after"
+ORDER = JobOrder.newest  # the latest submitted first: what an operator looks for first
 BULK_ACTIONS = ("hold", "release", "kill")
 # the times a job's row keeps; the latest is its last update (a hold or a release shows only in its history)
 MOMENTS = ("submitted_at", "matched_at", "started_at", "heartbeat_at", "finished_at")
@@ -63,8 +64,8 @@ async def job_list(request: Request, caller: auth.Viewer, conn: Connection) -> R
     cursor = request.query_params.get(CURSOR, "")
     page_size = request.app.state.settings.console.page_size
     found, next_after = await jobs.list_jobs(
-        conn, chosen, after_id=decode_cursor(cursor) if cursor else 0, limit=page_size,
-        scope=policy.job_scope(caller),
+        conn, chosen, after_id=decode_cursor(cursor, ORDER) if cursor else 0, limit=page_size,
+        scope=policy.job_scope(caller), order=ORDER,
     )  # fmt: skip
     filtered = f"{PREFIX}/jobs?{urlencode(given)}" if given else f"{PREFIX}/jobs"
     return render.page(
@@ -73,7 +74,7 @@ async def job_list(request: Request, caller: auth.Viewer, conn: Connection) -> R
         given=given,
         statuses=[state.value for state in JobStatus],
         first_page=filtered if cursor else None,
-        next_page=f"{PREFIX}/jobs?{urlencode({**given, CURSOR: encode_cursor(next_after)})}" if next_after else None,
+        next_page=f"{PREFIX}/jobs?{urlencode({**given, CURSOR: encode_cursor(next_after, ORDER)})}" if next_after else None,
         actions=BULK_ACTIONS,
         here=_here(request),
     )  # fmt: skip

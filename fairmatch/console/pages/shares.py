@@ -8,7 +8,7 @@ from fairmatch.api.deps import Connection
 from fairmatch.api.schemas import AssociationUsage
 from fairmatch.console import auth, render
 from fairmatch.console.routing import console_router
-from fairmatch.priority.origin import origin_columns, origin_headers
+from fairmatch.priority.origin import origin_columns, origin_labels
 from fairmatch.services import priorities
 from fairmatch.services.background import runner_name
 
@@ -26,5 +26,5 @@ async def shares(request: Request, caller: auth.Operator, conn: Connection) -> R
     queues = [{**tq, "columns": origin_columns(run["policy"], tq.get("origin"))} for tq in listed[:LISTED]]
     return render.page(
         request, "shares.html", caller, section="shares", run=run, associations=associations,
-        queues=queues, queue_count=len(listed), origin_headers=origin_headers(run["policy"]),
+        queues=queues, queue_count=len(listed), origin_labels=origin_labels(run["policy"]),
     )  # fmt: skip

@@ -10,6 +10,7 @@ from fairmatch.api.deps import Connection
 from fairmatch.clock import utcnow
 from fairmatch.console import auth, render
 from fairmatch.console.routing import console_router
+from fairmatch.console.states import PilotState, limit_state, site_state
 from fairmatch.db.pilots import PilotFilter
 from fairmatch.services import limits, pilots, site_mask
 
@@ -24,8 +25,13 @@ async def sites(request: Request, caller: auth.Operator, conn: Connection) -> Re
     site_limits = await limits.list_limits(conn)
     recent, _ = await pilots.list_pilots(conn, PilotFilter(), None, settings.console.page_size)
     per_site = await pilots.per_site(conn, utcnow() - PILOT_WINDOW)
+    banned = {entry["site"] for entry in mask}
     return render.page(
-        request, "sites.html", caller, section="sites", mask=mask, limits=site_limits, recent=recent,
-        per_site=per_site, window_minutes=int(PILOT_WINDOW.total_seconds() // 60),
+        request, "sites.html", caller, section="sites", mask=mask,
+        limits=[{**limit, "state": limit_state(limit["running"], limit["running_limit"])} for limit in site_limits],
+        recent=[{**pilot, "state": PilotState.HasJob if pilot["current_job_id"] else PilotState.NoJob}
+                for pilot in recent],
+        per_site=[(row, site_state(row.site in banned, row.matches, row.empty_matches)) for row in per_site],
+        window_minutes=int(PILOT_WINDOW.total_seconds() // 60),
         test_job_types=settings.matching.masked_site_job_types,
     )  # fmt: skip

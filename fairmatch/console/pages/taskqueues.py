@@ -21,7 +21,7 @@ from fairmatch.db.console_queues import QueueListing, SortKey, Waiting
 from fairmatch.errors import NotFound
 from fairmatch.fields import Name
 from fairmatch.jobs.filters import MAX_ID
-from fairmatch.priority.origin import origin_columns, origin_headers
+from fairmatch.priority.origin import origin_columns, origin_labels
 from fairmatch.services import priorities as priority_service
 from fairmatch.services import taskqueues
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, WILDCARD_FIELDS, real_priority
@@ -39,11 +39,11 @@ Order = Literal["asc", "desc"]
 FIRST_ORDER: dict[str, Order] = {
     "id": "asc", "owner": "asc", "group": "asc", "priority": "desc", "class": "desc", "jobs": "desc", "oldest": "desc",
 }  # fmt: skip
-# the listing's columns: (sort key or None, header), in table order
-COLUMNS: list[tuple[SortKey | None, str]] = [
-    ("id", "TQ"), ("owner", "Owner"), ("group", "Group"), (None, "Account"), ("class", "Class"),
-    ("priority", "Priority"), ("jobs", "Waiting"), (None, "Per user priority"), ("oldest", "Oldest waiting"),
-    (None, "Sites"),
+# the listing's columns: (sort key or None, header, the CLI's name for it or None), in table order
+COLUMNS: list[tuple[SortKey | None, str, str | None]] = [
+    ("id", "Task queue", "TQ"), ("owner", "Owner", None), ("group", "Group", None), (None, "Account", None),
+    ("class", "Priority class", "class"), ("priority", "Priority", None), ("jobs", "Waiting jobs", "jobs"),
+    (None, "Per user priority", "uprio"), ("oldest", "Oldest waiting", None), (None, "Sites", None),
 ]  # fmt: skip
 NUMERIC = {"id", "class", "priority", "jobs", "oldest"}
 LIST_LABELS = {"grid_ces": "Grid CEs"}  # the value lists whose name is not a label once capitalised
@@ -85,6 +85,7 @@ class QueueQuery(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Header:
     label: str
+    short: str | None  # the command line's name for the column
     href: str | None  # None: not sortable
     sorted: bool
     numeric: bool
@@ -93,7 +94,7 @@ class Header:
 def _headers(query: QueueQuery) -> list[Header]:
     """Each column's header; a sortable one links to its order, the current one's to the reverse."""
     headers = []
-    for key, label in COLUMNS:
+    for key, label, short in COLUMNS:
         current = key == query.sort
         if key is None:
             href = None
@@ -102,7 +103,7 @@ def _headers(query: QueueQuery) -> list[Header]:
         else:
             href = query.href(sort=key, order=FIRST_ORDER[key], page=1)
         arrow = (" ▲" if query.direction == "asc" else " ▼") if current else ""
-        headers.append(Header(label + arrow, href, current, key in NUMERIC))
+        headers.append(Header(label + arrow, short, href, current, key in NUMERIC))
     return headers
 
 
@@ -171,6 +172,6 @@ async def task_queue(
                              "any" if name in WILDCARD_FIELDS else "none") for name in MULTI_VALUE_FIELDS],
         levels=_levels(waiting), oldest=waiting.oldest if waiting else None,
         policy=explained["policy"], lottery=explained["lottery"], origin=origin, made_by=made_by,
-        sprio=list(zip(origin_headers(made_by), origin_columns(made_by, origin))) if origin else [],
+        sprio=list(zip(origin_labels(made_by), origin_columns(made_by, origin), strict=True)) if origin else [],
         jobs_href=f"{PREFIX}/jobs?{urlencode({'task_queue_id': tq_id})}", back=f"{LISTING}/{tq_id}",
     )  # fmt: skip

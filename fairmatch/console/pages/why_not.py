@@ -39,6 +39,13 @@ FIELDS = [
     ("max_ram_mb", "Max RAM (MB)"),
     ("number_of_processors", "Processors"),
 ]
+# each condition in words; the page shows the dry run's name for it beside
+CONDITION_LABELS = {
+    "cpu_time": "CPU time", "ram": "Memory", "site": "Site", "banned_site": "Banned site", "grid_ce": "Grid CE",
+    "platform": "Platform", "job_type": "Job type", "tags": "Tags", "required_tags": "Required tags",
+    "owner_group": "Owner group", "owner": "Owner", "vo": "VO", "site_limit": "Site limit", "site_mask": "Site mask",
+    "excluded": "Excluded by the caller",
+}  # fmt: skip
 # the keys that take several values: the description's lists, and the dry run's sites
 SEVERAL = LISTED_FIELDS | {"site"}
 
@@ -71,5 +78,6 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
             answer = await matching.explain(conn, resource, context.settings, context.keeper)
     return render.page(
         request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, several=SEVERAL, query=query,
-        described=described, answer=answer, problem=problem, conditions=CONDITION_NAMES, listed=LISTED,
+        described=described, answer=answer, problem=problem, listed=LISTED,
+        conditions=[(name, CONDITION_LABELS[name]) for name in CONDITION_NAMES],
     )  # fmt: skip
