@@ -12,6 +12,7 @@ from fairmatch.console.forms import listed
 from fairmatch.console.pages.why_not import description_of
 from fairmatch.console.routing import local_path
 from fairmatch.console.warnings import EMPTY_MATCHES_WARNED, priority_run_state, warnings
+from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -52,7 +53,41 @@ def test_a_shift_in_the_running_mix_shows_in_the_line():
     assert ys[0] == pytest.approx(y_of(0.25)) and ys[-1] == pytest.approx(y_of(0.75))
     xs = [x for x, _ in points(atlas)]
     assert xs == sorted(xs) and xs[0] >= charts.LEFT and xs[-1] <= charts.WIDTH - charts.RIGHT
-    assert atlas.target is None and atlas.target_y is None  # no group has a share
+    # no group is configured: each has the default share, as every priority policy gives it
+    assert atlas.target == pytest.approx(0.5) and atlas.target_y == pytest.approx(y_of(0.5))
+    assert not atlas.configured
+
+
+def test_a_group_without_configuration_has_the_default_share_as_target():
+    samples = [(minute(m), "atlas", 30) for m in range(10)] + [(minute(m), "newcomer", 10) for m in range(10)]
+    chart = charts.share_chart(samples, {"atlas": 3 * DEFAULT_JOB_SHARE}, T0, minute(10))
+    atlas, newcomer = chart.series
+    assert atlas.configured and not newcomer.configured
+    assert (atlas.target, newcomer.target) == (pytest.approx(0.75), pytest.approx(0.25))
+    assert newcomer.target_y == pytest.approx(y_of(0.25))
+
+
+def test_the_chart_starts_at_the_first_sample_when_the_samples_cover_less_than_the_span():
+    start = T0 + timedelta(hours=6) - timedelta(minutes=3)
+    samples = [(start + timedelta(minutes=m), "atlas", 1 + m) for m in range(4)]
+    samples += [(start + timedelta(minutes=m), "lhcb", 3) for m in range(4)]
+    chart = charts.share_chart(samples, {}, T0, T0 + timedelta(hours=6))
+    assert chart.since == start and chart.span == "3 min"
+    xs = [x for x, _ in points(chart.series[0])]
+    width = charts.WIDTH - charts.LEFT - charts.RIGHT
+    # four points spread over the whole width, not crowded into its last minutes
+    assert len(xs) == 4 and xs[0] < charts.LEFT + width * 0.05 and xs[-1] > charts.WIDTH - charts.RIGHT - width * 0.05
+    assert chart.series[0].last == points(chart.series[0])[-1]
+
+
+def test_samples_older_than_the_span_are_not_drawn_from():
+    samples = [(minute(m), "atlas", 1) for m in range(0, 120, 10)]
+    assert charts.share_chart(samples, {}, minute(60), minute(120)).since == minute(60)
+
+
+def test_a_single_sample_draws_a_mark():
+    [atlas] = charts.share_chart([(T0, "atlas", 4)], {}, T0 - timedelta(hours=1), T0).series
+    assert len(points(atlas)) == 1 and atlas.last == points(atlas)[0] and atlas.last[1] == pytest.approx(y_of(1))
 
 
 def test_instants_with_nothing_running_leave_gaps_not_zeros():
@@ -74,6 +109,7 @@ def test_no_sample_draws_nothing():
     chart = charts.share_chart([], {"atlas": 1}, T0, minute(60))
     assert chart.series == [] and chart.samples == 0 and chart.span == "60 min"
     assert charts.share_chart([], {}, T0, T0 + timedelta(hours=6)).span == "6.0 h"
+    assert charts.share_chart([], {}, T0, T0 + charts.SPANS["7d"]).span == "7.0 d"
 
 
 def test_minute_bars_scale_to_the_busiest_minute_oldest_first():

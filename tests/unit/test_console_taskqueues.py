@@ -49,7 +49,7 @@ def test_links_keep_the_filters_and_change_only_what_they_say():
 
 def test_the_current_column_s_header_reverses_its_order_and_the_others_sort_from_page_one():
     query = QueueQuery(owner="alice", sort="priority", order="desc", page=2)
-    headers = dict(zip([label for _, label in COLUMNS], _headers(query)))
+    headers = dict(zip([label for _, label, _ in COLUMNS], _headers(query), strict=True))
     current = headers["Priority"]
     assert current.sorted and current.label == "Priority ▼"
     assert params(current.href or "") == {"owner": "alice", "sort": "priority", "order": "asc", "page": "1"}
@@ -60,6 +60,8 @@ def test_the_current_column_s_header_reverses_its_order_and_the_others_sort_from
         and params(other.href or "")["order"] == "desc"
     )
     assert headers["Account"].href is None and headers["Sites"].href is None
+    # in words, with the command line's name beside
+    assert (headers["Task queue"].short, headers["Priority class"].short) == ("TQ", "class")
 
 
 def test_levels_show_the_user_priority_each_stands_for():
