@@ -112,7 +112,7 @@ async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery
     job-id order (`order=newest`: the reverse). A parameter this listing does not take is a 422
     that names it."""
     cursor = query.after or query.cursor
-    after_id = decode_cursor(cursor, query.order) if cursor else 0
+    after_id = decode_cursor(cursor, query.order) if cursor else None
     page, next_after = await jobs.list_jobs(
         conn, query, after_id=after_id, limit=query.limit, scope=policy.job_scope(caller), order=query.order
     )

@@ -76,11 +76,11 @@ def filtered(filters: JobFilter) -> list[ColumnElement[bool]]:
 
 
 def listed(
-    filters: JobFilter, *, after_id: int, scope: JobScope, order: JobOrder = JobOrder.oldest
+    filters: JobFilter, *, after_id: int | None, scope: JobScope, order: JobOrder = JobOrder.oldest
 ) -> list[ColumnElement[bool]]:
-    """The jobs a listing's page takes, past `after_id` in `order` (0: from the first): within the
-    scope, passing the filters. With `in_order`, the one rule of the listings' keyset pages."""
-    past = [] if not after_id else [jobs.c.id < after_id if order is JobOrder.newest else jobs.c.id > after_id]
+    """The jobs a listing's page takes, past `after_id` in `order` (None: from the first): within
+    the scope, passing the filters. With `in_order`, the one rule of the listings' keyset pages."""
+    past = [] if after_id is None else [jobs.c.id < after_id if order is JobOrder.newest else jobs.c.id > after_id]
     return [*past, visible(scope), *filtered(filters)]
 
 
@@ -199,7 +199,13 @@ class JobDB(AreaDB):
         return (await self.conn.execute(stmt)).all()
 
     async def page(
-        self, filters: JobFilter, *, after_id: int, limit: int, scope: JobScope, order: JobOrder = JobOrder.oldest
+        self,
+        filters: JobFilter,
+        *,
+        after_id: int | None,
+        limit: int,
+        scope: JobScope,
+        order: JobOrder = JobOrder.oldest,
     ) -> Sequence[Any]:
         """Up to `limit` whole jobs past `after_id` in `order`, within the scope and filters."""
         stmt = _whole_job().where(*listed(filters, after_id=after_id, scope=scope, order=order))

@@ -82,12 +82,13 @@ async def list_jobs(
     conn: AsyncConnection,
     filters: JobFilter,
     *,
-    after_id: int,
+    after_id: int | None,
     limit: int,
     scope: JobScope = UNRESTRICTED,
     order: JobOrder = JobOrder.oldest,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """One page in `order` (by job id) and the id to continue after (None at the end)."""
+    """One page in `order` (by job id) past `after_id` (None: the first page), and the id the
+    next page continues from (None at the end)."""
     async with read_transaction(conn):
         rows = await JobDB.of(conn).page(filters, after_id=after_id, limit=limit + 1, scope=scope, order=order)
     page = [job_dict(r) for r in rows[:limit]]

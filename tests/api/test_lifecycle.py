@@ -487,6 +487,25 @@ def test_cursor_pagination_covers_every_job_once_in_id_order(client, total, size
     assert len(set(flat)) == total
 
 
+@pytest.mark.parametrize(("total", "sizes"), [(25, [10, 10, 5]), (3, [3])])
+def test_newest_first_pages_cover_every_job_once_in_reverse_id_order(client, total, sizes):
+    ids = submit(client, *[spec(payload={"n": i}) for i in range(total)])
+    pages = list_all(client, limit=10, order="newest")
+    assert [len(p) for p in pages] == sizes
+    assert [j for p in pages for j in p] == sorted(ids, reverse=True)
+
+
+def test_a_cursor_continues_only_the_order_that_gave_it(client):
+    submit(client, *[spec(payload={"n": i}) for i in range(3)])
+    newest = client.get("/jobs", params={"limit": 1, "order": "newest"}).json()["next_cursor"]
+    oldest = client.get("/jobs", params={"limit": 1}).json()["next_cursor"]
+    r = client.get("/jobs", params={"after": newest})
+    assert_problem(r, 400)
+    assert "order=newest" in r.json()["detail"]
+    assert_problem(client.get("/jobs", params={"after": oldest, "order": "newest"}), 400)
+    assert_problem(client.get("/jobs", params={"order": "latest"}), 422)
+
+
 def test_empty_listing_has_no_next_cursor(client):
     r = client.get("/jobs")
     assert r.status_code == 200

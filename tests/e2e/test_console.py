@@ -6,14 +6,20 @@ tests/e2e/test_console_browser.py's; here each request is checked as sent.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from fairmatch.auth.tokens import Role, create_token
+from fairmatch.console.render import percent, significant
+from fairmatch.db.tables import history_samples, running_samples
+from fairmatch.priority.history import GROUP_LEVEL
 from tests.conftest import TOKEN_SETTINGS
 
 pytestmark = pytest.mark.timeout(120)
@@ -309,7 +315,9 @@ def test_names_are_escaped_everywhere_they_are_shown(console_as, as_role):
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 ROW = re.compile(r'<tr data-tq="(\d+)" data-probability="([0-9.e-]+)">')
-CONDITION = re.compile(r'<tr data-condition="(\w+)"><td>\w+</td><td class="num">(\d+)</td></tr>')
+CONDITION = re.compile(
+    r'<tr data-condition="(\w+)"><td>[^<]+<small[^>]*>\w+</small></td><td class="num">(\d+)</td></tr>'
+)
 
 
 def test_why_not_shows_what_the_dry_run_answers(console_as, as_role):
@@ -406,3 +414,78 @@ def test_without_authentication_a_form_served_by_one_process_is_taken_by_another
     ) as other_browser:
         assert other_browser.post("/ui/actions/site-mask/ban", data=form,
                                   headers={"Origin": other.url}).status_code == 403  # fmt: skip
+
+
+# --- the chart of shares ------------------------------------------------------------------
+
+CHART_SINCE = re.compile(r'id="share-chart" class="panel chart" data-live data-since="([^"]+)"')
+
+
+def add_samples(database, samples: list[tuple[datetime, dict[str, int]]]) -> None:
+    """Running-job samples as the sampler writes them: per group, at each instant."""
+    with database.engine().begin() as conn:
+        for at, per_group in samples:
+            sample_id = conn.execute(
+                sa.insert(history_samples).values(sampled_at=at).returning(history_samples.c.id)
+            ).scalar_one()
+            conn.execute(sa.insert(running_samples), [
+                {"sample_id": sample_id, "owner_group": group, "owner": GROUP_LEVEL, "running": running}
+                for group, running in per_group.items()
+            ])  # fmt: skip
+
+
+def chart_since(page: httpx.Response) -> datetime:
+    assert page.status_code == 200, page.text
+    [since] = CHART_SINCE.findall(page.text)
+    return datetime.fromisoformat(since)
+
+
+def test_the_chart_of_shares_reaches_back_over_the_span_chosen_or_to_its_first_sample(console_as, as_role, database):
+    api = as_role("admin")
+    assert api.put("/groups/lhcb_mc", json={"job_share": 3000}).status_code in (200, 201)  # lhcb_user: none
+    now = datetime.now(UTC)
+    first = now - timedelta(hours=3)
+    recent = now - timedelta(minutes=30)
+    add_samples(database, [(first, {"lhcb_mc": 3, "lhcb_user": 1}), (recent, {"lhcb_mc": 2}),
+                           (now - timedelta(minutes=1), {"lhcb_mc": 1, "lhcb_user": 1})])  # fmt: skip
+    console = console_as("operator")
+    # an hour reaches back to its first sample, half an hour ago: the chart follows the samples
+    hour = console.get("/ui/", params={"span": "1h"})
+    assert chart_since(hour) == recent and "last 30 min" in hour.text
+    assert '<a href="/ui/?span=1h" data-span="1h" aria-current="true">' in hour.text
+    # six hours and a day reach back to the first sample, not to an empty stretch before it
+    assert chart_since(console.get("/ui/", params={"span": "6h"})) == first
+    day = console.get("/ui/", params={"span": "24h"})
+    assert chart_since(day) == first and "last 3.0 h" in day.text
+    assert '<a href="/ui/?span=6h" data-span="6h" aria-current="true">' in console.get("/ui/").text  # share_hours
+    # a target for every group drawn: lhcb_user has no configuration, so the default share (1000 of 4000)
+    for group, target in (("lhcb_mc", "75 %"), ("lhcb_user", "25 %")):
+        assert re.search(rf'<line class="target" data-group="{group}"[^>]*><title>{group}: target {target}</title>',
+                         day.text), group  # fmt: skip
+    assert re.search(r"<strong>lhcb_user</strong> [^<]+ <span class=\"muted\">\(not configured: the default share\)",
+                     day.text)  # fmt: skip
+    refused = console.get("/ui/", params={"span": "2h"})
+    assert refused.status_code == 422 and "1h, 6h, 24h, 7d" in refused.text and 'id="problem"' in refused.text
+
+
+def test_the_corrections_in_force_are_a_table_with_three_significant_digits(server_factory, clean):
+    corrections = {"instances": {"groups": {"max_global_correction": 3, "slices": {
+        "hour": {"time_span": 3600, "weight": 2, "max_correction": 3}, "day": {"time_span": 86400, "weight": 1,
+                                                                             "max_correction": 3}}}}}  # fmt: skip
+    srv = server_factory(PRIORITY__CORRECTIONS_ENABLED="true", PRIORITY__CORRECTIONS=json.dumps(corrections))
+    with srv.client() as api, httpx.Client(base_url=srv.url) as browser:
+        assert api.put("/groups/lhcb_mc", json={"job_share": 3000}).status_code in (200, 201)
+        submit(api, 1, owner="alice")
+        submit(api, 1, owner="bob", owner_group="lhcb_mc")
+        assert api.post("/priorities/recompute").status_code == 200
+        explained = api.get("/shares").json()["corrections"]["groups"]["entities"]
+        page = browser.get("/ui/shares").text
+    table = page.split('<table class="corrections" data-instance="groups">')[1].split("</table>")[0]
+    assert "<th>Time slice</th>" in table and "<td>hour</td>" in table and "<td>day</td>" in table
+    for group, found in explained.items():
+        assert f'<tr data-entity="{group}">' in table
+        assert f'data-correction="{found["correction"]}"><strong>{significant(found["correction"])}</strong>' in table
+        for detail in found["slices"].values():
+            assert f'<td class="num">{percent(detail["share_fraction"])}</td>' in table
+    assert re.search(r"\d\.\d{4,}", table) is None  # no 16-digit floats
+    assert "75 %" in table and "25 %" in table  # the groups' shares of all shares

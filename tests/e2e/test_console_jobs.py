@@ -37,7 +37,7 @@ def test_the_listing_shows_the_jobs_with_their_task_queue_and_links(console_as, 
     api = as_role("admin")
     ids = submit(api, 2, owner="alice", user_priority=3)
     page = console_as("operator").get("/ui/jobs")
-    assert listed_ids(page) == ids
+    assert listed_ids(page) == ids[::-1]  # the latest submitted first
     job = api.get(f"/jobs/{ids[0]}").json()
     assert f'<a href="/ui/jobs/{ids[0]}">{ids[0]}</a>' in page.text
     assert f'<a href="/ui/taskqueues/{job["task_queue_id"]}">' in page.text
@@ -58,17 +58,20 @@ def test_each_filter_narrows_the_listing(console_as, as_role):
     def shown(**params: str | list[str]) -> list[int]:
         return listed_ids(console.get("/ui/jobs", params=params))
 
-    assert shown() == alices + bobs + mc
-    assert shown(owner="alice") == alices
+    def newest_first(ids: list[int]) -> list[int]:
+        return sorted(ids, reverse=True)
+
+    assert shown() == newest_first(alices + bobs + mc)
+    assert shown(owner="alice") == newest_first(alices)
     assert shown(owner_group="lhcb_mc") == mc
     assert shown(status="Killed") == bobs[:1]
-    assert shown(status="Waiting") == alices + bobs[1:] + mc
+    assert shown(status="Waiting") == newest_first(alices + bobs[1:] + mc)
     assert shown(status=["Killed", "Held"]) == shown(status="Killed, Held") == bobs[:1]  # multi-select or typed
-    assert shown(task_queue_id=str(tq_of_alice)) == alices
+    assert shown(task_queue_id=str(tq_of_alice)) == newest_first(alices)
     assert shown(owner="bob", status="Waiting") == bobs[1:]  # every filter holds
-    assert shown(owner="alice", since="2000-01-01T00:00Z", until="2999-01-01T00:00Z") == alices
+    assert shown(owner="alice", since="2000-01-01T00:00Z", until="2999-01-01T00:00Z") == newest_first(alices)
     assert shown(until="2000-01-01T00:00Z") == []
-    assert shown(owner="alice", site="", account="  ") == alices  # the form's blank fields filter nothing
+    assert shown(owner="alice", site="", account="  ") == newest_first(alices)  # blank fields filter nothing
 
 
 def test_a_listing_longer_than_a_page_continues_on_the_next_page_with_its_filters(console_as, as_role):
@@ -77,12 +80,15 @@ def test_a_listing_longer_than_a_page_continues_on_the_next_page_with_its_filter
     submit(api, 3, owner="bob")
     console = console_as("operator")
     first = console.get("/ui/jobs", params={"owner": "alice"})
-    assert listed_ids(first) == ids[:50]  # console.page_size
+    assert listed_ids(first) == ids[::-1][:50]  # console.page_size, the latest submitted first
     [link] = NEXT.findall(first.text)
     link = html.unescape(link)
     assert link.startswith("/ui/jobs?") and "owner=alice" in link and "after=" in link
     second = console.get(link)
-    assert listed_ids(second) == ids[50:]
+    assert listed_ids(second) == ids[::-1][50:]
+    # the listing's order is the API's: GET /jobs?order=newest pages the same jobs the same way
+    api_page = api.get("/jobs", params={"owner": "alice", "order": "newest", "limit": 50}).json()
+    assert [j["job_id"] for j in api_page["jobs"]] == listed_ids(first)
     assert not NEXT.findall(second.text) and 'href="/ui/jobs?owner=alice">First page' in second.text
 
 
@@ -91,7 +97,7 @@ def test_a_user_sees_only_their_own_jobs_and_no_page_of_another_s(console_as, as
     mine = submit(api, 2, owner="alice")
     theirs = submit(api, 2, owner="bob")
     user = console_as("user", sub="alice", groups=["lhcb_user"])
-    assert listed_ids(user.get("/ui/jobs")) == mine
+    assert listed_ids(user.get("/ui/jobs")) == mine[::-1]
     assert listed_ids(user.get("/ui/jobs", params={"owner": "bob"})) == []
     assert user.get(f"/ui/jobs/{mine[0]}").status_code == 200
     other = user.get(f"/ui/jobs/{theirs[0]}")
@@ -145,14 +151,19 @@ def test_the_job_page_shows_its_fields_and_a_hold_and_release_in_its_history(con
     held = console.submit("/ui/actions/jobs/hold", {"job_ids": str(job_id)})
     assert held.status_code == 200 and "1 of the 1 selected jobs" in held.text
     page = console.get(f"/ui/jobs/{job_id}").text
-    assert '<span class="badge" data-status>Held</span>' in page
-    assert "<td>Held</td><td>—</td><td>hold</td><td>olga</td>" in page.replace("\n", "")
+    assert re.search(
+        r'<span class="badge state-job-held" title="[^"]+" data-state="Held" data-status>Held</span>', page
+    )
+    assert re.search(r'<td><span class="badge state-job-held"[^>]*>Held</span></td><td>—</td><td>hold</td><td>olga</td>',
+                     page.replace("\n", ""))  # fmt: skip
     assert "/ui/actions/jobs/release" in page and "/ui/actions/jobs/hold" not in page
 
     released = console.submit("/ui/actions/jobs/release", {"job_ids": str(job_id)})
     assert released.status_code == 200
     page = console.get(f"/ui/jobs/{job_id}").text
-    rows = re.findall(r"<tr><td>[^<]+</td><td>(\w+)</td><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td></tr>", page)
+    rows = re.findall(
+        r"<tr><td>[^<]+</td><td><span [^>]*>(\w+)</span></td><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td></tr>", page
+    )
     assert rows == [("Waiting", "submit", "someone"), ("Held", "hold", "olga"), ("Waiting", "release", "olga")]
 
 

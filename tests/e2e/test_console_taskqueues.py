@@ -8,6 +8,8 @@ import re
 import httpx
 import pytest
 
+from fairmatch.console.render import significant
+
 pytestmark = pytest.mark.timeout(120)
 
 LISTED = re.compile(r'<td class="num"><a href="/ui/taskqueues/(\d+)">')
@@ -185,10 +187,13 @@ def test_a_queue_s_page_shows_its_requirements_levels_and_the_origin_of_its_prio
     explained = api.get("/priorities", params={"task_queue_id": tq}).json()
     [origin] = [q["origin"] for q in explained["task_queues"]]
     page = console.get(f"/ui/taskqueues/{tq}").text
-    assert f'<dd id="priority-value">{explained["task_queues"][0]["priority"]:.6g}</dd>' in page
-    assert "<dt>SHARE</dt>" in page and "<dt>VARIANTS</dt>" in page  # sprio's columns for dirac
-    assert "<dt>entity share</dt>" in page and f"{origin['entity_share']:.6g}" in page
-    assert "<dt>weight by</dt><dd>avg</dd>" in page
+    assert f'<dd id="priority-value">{significant(explained["task_queues"][0]["priority"], 6)}</dd>' in page
+    # sprio's columns for dirac, in words with sprio's headers beside
+    for words, header in (("Entity share", "SHARE"), ("Site variants", "VARIANTS")):
+        assert re.search(rf"<dt>{words} <small [^>]*>{header}</small></dt>", page), header
+    # the origin as facts, its numbers to three significant digits
+    assert f"<dt>Entity share</dt><dd>{significant(origin['entity_share'])}</dd>" in page
+    assert "<dt>Weight by</dt><dd>avg</dd>" in page and "{'" not in page and '{"' not in page
 
 
 def test_operators_may_hold_a_queue_s_waiting_jobs_from_its_page(console_as, as_role):

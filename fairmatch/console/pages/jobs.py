@@ -64,7 +64,7 @@ async def job_list(request: Request, caller: auth.Viewer, conn: Connection) -> R
     cursor = request.query_params.get(CURSOR, "")
     page_size = request.app.state.settings.console.page_size
     found, next_after = await jobs.list_jobs(
-        conn, chosen, after_id=decode_cursor(cursor, ORDER) if cursor else 0, limit=page_size,
+        conn, chosen, after_id=decode_cursor(cursor, ORDER) if cursor else None, limit=page_size,
         scope=policy.job_scope(caller), order=ORDER,
     )  # fmt: skip
     filtered = f"{PREFIX}/jobs?{urlencode(given)}" if given else f"{PREFIX}/jobs"
