@@ -13,11 +13,13 @@ names (docs/images/console for the docs), else into the test's own temporary dir
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from fairmatch.auth.tokens import Role, create_token
+from fairmatch.console import states
+from fairmatch.jobs.lifecycle import JobStatus
 from tests.conftest import TOKEN_SECRET, TOKEN_SETTINGS
 from tests.e2e.browser import HEIGHT, WIDTH, Browser, new_chromium
+from tests.e2e.test_console import add_samples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -311,6 +316,83 @@ def test_names_that_are_markup_show_as_text(browser, token_server, as_role):
     browser.assert_no_console_errors()
 
 
+# --- states in colour, newest first --------------------------------------------------------
+
+
+def rgb(colour: str) -> str:
+    """'#0b4a80' as the browser's computed style says it: 'rgb(11, 74, 128)'."""
+    return "rgb({}, {}, {})".format(*(int(colour[i : i + 2], 16) for i in (1, 3, 5)))
+
+
+def computed(browser: Browser, element: Any, prop: str) -> str:
+    return browser.driver.execute_script("return getComputedStyle(arguments[0])[arguments[1]]", element, prop)
+
+
+def test_each_job_state_shows_in_its_own_colours_with_its_name_newest_first(browser, token_server, as_role):
+    admin = as_role("admin")
+    [done, failed, killed, held, matched, waiting] = submit(
+        admin, *[{"owner": f"u{i}", "sites": [CERN]} for i in range(6)]
+    )
+    for job_id, ends in ((done, "Done"), (failed, "Failed")):
+        got = match(admin, CERN, JobID=job_id)
+        assert got is not None and got["job_id"] == job_id
+        for status in ("Running", ends):
+            assert admin.post(f"/jobs/{job_id}/status", json={"status": status}).status_code == 200
+    assert admin.delete(f"/jobs/{killed}").status_code == 200
+    assert admin.post("/jobs/hold", json={"filter": {"job_ids": [held]}}).json()["changed"] == 1
+    assert match(admin, CERN, JobID=matched) is not None
+    expected = {done: "Done", failed: "Failed", killed: "Killed", held: "Held", matched: "Matched", waiting: "Waiting"}
+
+    browser.sign_in(token_server.url, operator_token(), "/ui/jobs")
+    rows = browser.find_all("#jobs-table tr[data-job]")
+    assert [int(row.get_attribute("data-job")) for row in rows] == sorted(expected, reverse=True)  # newest first
+    backgrounds = {}
+    for row in rows:
+        badge = row.find_element(By.CSS_SELECTOR, ".badge[data-state]")
+        status = expected[int(row.get_attribute("data-job"))]
+        assert badge.text == status  # the colour is never the only sign
+        tone = states.STATES[JobStatus].tones[JobStatus(status)]
+        assert (computed(browser, badge, "color"), computed(browser, badge, "backgroundColor")) == (
+            rgb(tone.ink), rgb(tone.paper)), status  # fmt: skip
+        backgrounds[status] = computed(browser, badge, "backgroundColor")
+    assert len(set(backgrounds.values())) == len(backgrounds)  # no two states alike
+    legend = [item.text for item in browser.find_all("#job-states dt .badge")]
+    assert legend == [states.shown("job", status.value).label for status in JobStatus]
+    browser.open(f"{token_server.url}/ui/jobs/{held}")
+    badge = browser.find("[data-status]")
+    assert badge.text == "Held" and computed(browser, badge, "backgroundColor") == rgb(states.HELD.paper)
+    browser.assert_no_console_errors()
+
+
+# --- the chart of shares ------------------------------------------------------------------
+
+
+def chart_since(browser: Browser) -> str:
+    return browser.find("#share-chart").get_attribute("data-since")
+
+
+def test_choosing_a_span_moves_the_chart_s_start_and_every_group_has_a_target(browser, token_server, as_role, database):
+    admin = as_role("admin")
+    assert admin.put("/groups/lhcb_mc", json={"job_share": 3000}).status_code in (200, 201)
+    now = datetime.now(UTC)
+    old, recent = now - timedelta(hours=20), now - timedelta(minutes=40)
+    add_samples(database, [(old, {"lhcb_mc": 4, "lhcb_user": 4}), (recent, {"lhcb_mc": 6, "lhcb_user": 2}),
+                           (now - timedelta(minutes=1), {"lhcb_mc": 3, "lhcb_user": 1, "lhcb_calib": 1})])  # fmt: skip
+    browser.sign_in(token_server.url, operator_token())
+    assert browser.find("#spans a[aria-current]").text == "6 h"  # console.share_hours
+    assert datetime.fromisoformat(chart_since(browser)) == recent  # from the first sample of the six hours
+    day = browser.find("#spans a[data-span='24h']")
+    browser.click_and_wait(day, "#share-chart")
+    assert browser.driver.current_url.endswith("/ui/?span=24h")
+    assert datetime.fromisoformat(chart_since(browser)) == old
+    assert browser.find("#spans a[aria-current]").text == "24 h"
+    assert "last 20.0 h" in browser.text("main")
+    targets = {line.get_attribute("data-group") for line in browser.find_all("#share-chart line.target")}
+    lines = {line.get_attribute("data-group") for line in browser.find_all("#share-chart polyline.achieved")}
+    assert targets == lines == {"lhcb_mc", "lhcb_user", "lhcb_calib"}  # configured or not
+    browser.assert_no_console_errors()
+
+
 # --- the documentation's screenshots ------------------------------------------------------
 
 
@@ -340,7 +422,7 @@ def scroll_down_to(browser: Browser, bottom: str, top: str) -> None:
 
 
 def samples_drawn(browser: Browser) -> int:
-    found = re.search(r"\((\d+) samples\)", browser.driver.execute_script(
+    found = re.search(r"\((\d+) samples since ", browser.driver.execute_script(
         "const chart = document.getElementById('share-chart'); return chart ? chart.textContent : ''"))  # fmt: skip
     return int(found.group(1)) if found else 0
 
@@ -348,11 +430,17 @@ def samples_drawn(browser: Browser) -> int:
 def test_the_documentation_screenshots(browser, server_factory, clean, tmp_path):
     directory = Path(SCREENSHOTS or tmp_path)
     directory.mkdir(parents=True, exist_ok=True)
+    # the groups' corrections over the last minute and hour, as a site would configure them
+    corrections = {"instances": {"groups": {"max_global_correction": 3, "slices": {
+        "minute": {"time_span": 60, "weight": 2, "max_correction": 3},
+        "hour": {"time_span": 3600, "weight": 1, "max_correction": 3}}}}}  # fmt: skip
     srv = server_factory(AUTH__MODE="token", AUTH__SECRET=TOKEN_SECRET, PRIORITY__SAMPLE_SECONDS="1",
-                         CONSOLE__REFRESH_SECONDS="1", CONSOLE__SHARE_HOURS="0.01")  # fmt: skip
+                         CONSOLE__REFRESH_SECONDS="1", PRIORITY__CORRECTIONS_ENABLED="true",
+                         PRIORITY__CORRECTIONS=json.dumps(corrections))  # fmt: skip
     admin_token = create_token(TOKEN_SETTINGS, role=Role.admin, sub="ada", ttl_seconds=600)
     with srv.client(headers={"Authorization": f"Bearer {admin_token}"}) as admin:
-        for group, share in (("lhcb_mc", 5000), ("lhcb_user", 3000), ("lhcb_calib", 2000)):
+        # lhcb_calib has no configuration: the default share
+        for group, share in (("lhcb_mc", 5000), ("lhcb_user", 3000)):
             assert admin.put(f"/groups/{group}", json={"job_share": share}).status_code in (200, 201)
         submit(admin, *[{"owner": "mcprod", "owner_group": "lhcb_mc", "platforms": ["EL9"],
                          "job_types": ["MCSimulation"], "user_priority": 1 + i % 3} for i in range(14)],
@@ -385,8 +473,13 @@ def test_the_documentation_screenshots(browser, server_factory, clean, tmp_path)
         running += run_at(PIC, 4, OwnerGroup="lhcb_mc", JobType="MCSimulation") + run_at(
             RAL, 2, OwnerGroup="lhcb_calib", JobType="Calibration"
         )
-        browser.wait(lambda _: samples_drawn(browser) >= 7, 15, "no 7 samples drawn within 15 s")
-        assert len(browser.find_all("#share-chart svg polyline")) == 3
+        browser.wait(
+            lambda _: len(browser.find_all("#share-chart svg polyline")) == 3, 15, "3 groups not drawn in 15 s"
+        )
+        drawn = samples_drawn(browser)
+        browser.wait(lambda _: samples_drawn(browser) >= drawn + 4, 15, "no 4 more samples drawn within 15 s")
+        assert len(browser.find_all("#share-chart svg line.target")) == 3  # the unconfigured group's too
+        scroll_down_to(browser, "#share-chart", "#figures")
         screenshot(browser, directory, "overview")
 
         # a job with a history: held, released, matched, running; a banned site
@@ -395,6 +488,15 @@ def test_the_documentation_screenshots(browser, server_factory, clean, tmp_path)
             assert admin.post(f"/jobs/{action}", json={"filter": {"job_ids": [job_id]}}).json()["changed"] == 1
         assert run_at(CERN, 1, JobID=job_id) == [job_id]
         assert admin.put("/site-mask/LCG.IN2P3.fr", json={"reason": "SAM tests fail"}).status_code == 201
+        # the latest jobs in every state a day brings: done, failed, killed, held, matched, waiting
+        latest = submit(admin, *[{"owner": "dave", "sites": [CERN], "payload": {"script": "fit.py", "events": 10_000 * n}}
+                                 for n in range(1, 7)])  # fmt: skip
+        for ended, ends in zip(latest[:2], ("Done", "Failed"), strict=True):
+            assert run_at(CERN, 1, JobID=ended) == [ended]
+            assert admin.post(f"/jobs/{ended}/status", json={"status": ends}).status_code == 200
+        assert admin.delete(f"/jobs/{latest[2]}").status_code == 200
+        assert admin.post("/jobs/hold", json={"filter": {"job_ids": [latest[3]]}}).json()["changed"] == 1
+        assert match(admin, CERN, JobID=latest[4], PilotReference="https://ce503.cern.ch/pilot/99") is not None
         recompute(admin)
         tq = admin.get("/jobs", params={"owner": "mcprod", "status": "Waiting"}).json()["jobs"][0]["task_queue_id"]
         # (name, page, what to scroll down to see, what to keep in view above it)
@@ -407,13 +509,15 @@ def test_the_documentation_screenshots(browser, server_factory, clean, tmp_path)
                 "#eligible-queues",
                 "#why-not-form",
             ),
-            ("shares", "/ui/shares", None, None),
+            ("shares", "/ui/shares", "#corrections", "main h1"),
             ("sites", "/ui/sites", None, None),
             ("jobs", "/ui/jobs", None, None),
             ("job", f"/ui/jobs/{job_id}", "#job-history", "main h1"),
         ):
             browser.open(f"{srv.url}{path}")
             assert_a_page(browser)
+            if name == "shares":  # the corrections in force as a table, not JSON
+                assert len(browser.find_all("#corrections table.corrections tr[data-entity]")) == 3
             if bottom and top:
                 scroll_down_to(browser, bottom, top)
             screenshot(browser, directory, name)
