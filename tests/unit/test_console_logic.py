@@ -13,6 +13,7 @@ from fairmatch.console.pages.why_not import description_of
 from fairmatch.console.routing import local_path
 from fairmatch.console.warnings import EMPTY_MATCHES_WARNED, priority_run_state, warnings
 from fairmatch.priority.groups import DEFAULT_JOB_SHARE
+from fairmatch.settings import ConsoleSettings
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -169,3 +170,8 @@ def test_the_why_not_form_gives_the_description_a_pilot_sends():
 )  # fmt: skip
 def test_only_console_paths_are_gone_to(target, went):
     assert local_path(target) == went
+
+
+def test_samples_are_kept_for_the_longest_span_the_chart_offers():
+    assert ConsoleSettings().samples_kept() == charts.SPANS["7d"] == max(charts.SPANS.values())
+    assert ConsoleSettings(share_hours=240).samples_kept() == timedelta(hours=240)

@@ -44,7 +44,7 @@ CONDITION_LABELS = {
     "cpu_time": "CPU time", "ram": "Memory", "site": "Site", "banned_site": "Banned site", "grid_ce": "Grid CE",
     "platform": "Platform", "job_type": "Job type", "tags": "Tags", "required_tags": "Required tags",
     "owner_group": "Owner group", "owner": "Owner", "vo": "VO", "site_limit": "Site limit", "site_mask": "Site mask",
-    "excluded": "Excluded by the caller",
+    "excluded": "Excluded by the request",
 }  # fmt: skip
 # the keys that take several values: the description's lists, and the dry run's sites
 SEVERAL = LISTED_FIELDS | {"site"}
