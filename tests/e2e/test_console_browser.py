@@ -427,6 +427,7 @@ def samples_drawn(browser: Browser) -> int:
     return int(found.group(1)) if found else 0
 
 
+@pytest.mark.timeout(300)  # a whole day's states on a server of its own, sampled second by second
 def test_the_documentation_screenshots(browser, server_factory, clean, tmp_path):
     directory = Path(SCREENSHOTS or tmp_path)
     directory.mkdir(parents=True, exist_ok=True)
