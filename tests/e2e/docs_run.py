@@ -15,12 +15,15 @@ what each command answers. The conventions (docs/how-to/tests.md, "Docs that run
   `127.0.0.1:PORT` in the later commands are rewritten to it, and FAIRMATCH_URL names it.
 - HTML comments steer the runner: `<!-- docs-run: server -->` starts `fairmatch serve`
   before a page's first block (how-to pages presuppose a running service);
+  `<!-- docs-run: postgresql -->` gives the page a new PostgreSQL database, which every
+  `postgresql://` URL in its commands is rewritten to;
   `<!-- docs-run: skip REASON -->` just before a block leaves that block out;
   `<!-- docs-run: not run REASON -->` leaves the page out. A page's reason is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,7 +38,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-MARKER = re.compile(r"<!--\s*docs-run:\s*(server|skip|not run)\b\s*(.*?)\s*-->", re.DOTALL)
+MARKER = re.compile(r"<!--\s*docs-run:\s*(server|postgresql|skip|not run)\b\s*(.*?)\s*-->", re.DOTALL)
+POSTGRESQL_URL = re.compile(r"postgresql(?:\+\w+)?://[^\s'\"]+")
 EXPECTED = re.compile(r"^\s*#\s*->\s*(.*)$")
 EXPECTED_EXIT = re.compile(r"^exit\s+(\d+)$")
 EXPECTED_HTTP = re.compile(r"^(\d{3})\b\s*(.*)$", re.DOTALL)
@@ -59,6 +63,7 @@ class Page:
     commands: list[Command] = field(default_factory=list)
     not_run: str | None = None
     server_first: bool = False
+    postgresql: bool = False
     skipped_blocks: list[str] = field(default_factory=list)
 
 
@@ -72,6 +77,8 @@ def read_page(path: Path) -> Page:
             page.not_run = reason or "no reason given"
         elif kind == "server":
             page.server_first = True
+        elif kind == "postgresql":
+            page.postgresql = True
     for fence in FENCE.finditer(text):
         language, body = fence.group(1), fence.group(2)
         if language not in ("sh", "bash", "console"):
@@ -166,7 +173,9 @@ def server_line(command: str, ports: dict[str, int]) -> str | None:
     )
 
 
-def with_ports(command: str, ports: dict[str, int]) -> str:
+def with_ports(command: str, ports: dict[str, int], database_url: str | None = None) -> str:
+    if database_url:
+        command = POSTGRESQL_URL.sub(database_url, command)
     for page_port, port in ports.items():
         command = re.sub(rf"\b(?:localhost|127\.0\.0\.1):{page_port}\b", f"127.0.0.1:{port}", command)
     return command
@@ -186,8 +195,9 @@ docs_run_ready() {{
 """
 
 
-def run_page(page: Page, directory: Path, timeout: float = 150) -> list[Outcome]:
-    """Run the page's commands in one bash process in `directory`; each command's outcome."""
+def run_page(page: Page, directory: Path, database_url: str | None = None, timeout: float = 150) -> list[Outcome]:
+    """Run the page's commands in one bash process in `directory`, each PostgreSQL URL replaced by
+    `database_url`; each command's outcome."""
     for name in LINKED:
         (directory / name).symlink_to(REPO / name)
     ports: dict[str, int] = {}
@@ -195,12 +205,12 @@ def run_page(page: Page, directory: Path, timeout: float = 150) -> list[Outcome]
     if page.server_first:
         script.append(server_line("fairmatch serve", ports) or "")
     for number, command in enumerate(page.commands):
-        text = server_line(command.text, ports) or with_ports(command.text, ports)
+        text = with_ports(command.text, ports, database_url)
+        text = server_line(text, ports) or text
         begin = f"@@docs-run {number}"
         # markers on lines of their own, whether or not the output ends its last line
         script.append(
-            f"printf '\\n{begin}\\n'; printf '\\n{begin}\\n' >&2\n{text}\n"
-            f"printf '\\n@@docs-run-exit {number} %s\\n' $?"
+            f"printf '\\n{begin}\\n'; printf '\\n{begin}\\n' >&2\n{text}\nprintf '\\n@@docs-run-exit {number} %s\\n' $?"
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
     env.update(
@@ -224,12 +234,12 @@ def run_page(page: Page, directory: Path, timeout: float = 150) -> list[Outcome]
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        raise PageFailure(f"{page.path.name} did not finish in {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+        raise PageFailure(
+            f"{page.path.name} did not finish in {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        ) from None
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # whatever the page left running
-        except ProcessLookupError:
-            pass
     return outcomes(page, stdout, stderr)
 
 
@@ -328,7 +338,7 @@ def shape_problem(shape: Any, answer: Any, where: str) -> str | None:
             if problem:
                 return problem
         return None
-    if isinstance(shape, bool) or isinstance(shape, str) or shape is None:
+    if isinstance(shape, bool | str) or shape is None:
         return None if answer == shape else f"{where} is {answer!r}, the page shows {shape!r}"
     if isinstance(shape, int | float):
         number = isinstance(answer, int | float) and not isinstance(answer, bool)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import BACKENDS, create_pg_database, drop_pg_database, pg_url
 from tests.e2e import docs_run
 from tests.e2e.docs_run import REPO, Command, Outcome, PageFailure
 
@@ -22,8 +23,23 @@ def test_page_runs_as_written(path, tmp_path):
     page = docs_run.read_page(path)
     if page.not_run:
         pytest.skip(f"not run: {page.not_run}")
+    if not page.commands and page.skipped_blocks:
+        pytest.skip("not run: " + "; ".join(page.skipped_blocks))
     assert page.commands, f"{path.name} has no command to run and no `docs-run: not run` reason"
-    for outcome in docs_run.run_page(page, tmp_path):
+    if not page.postgresql:
+        run_and_check(page, tmp_path)
+        return
+    if "postgresql" not in BACKENDS:
+        pytest.skip("a PostgreSQL page, and FAIRMATCH_TEST_BACKENDS leaves PostgreSQL out")
+    name = create_pg_database()
+    try:
+        run_and_check(page, tmp_path, pg_url(name))
+    finally:
+        drop_pg_database(name)
+
+
+def run_and_check(page: docs_run.Page, directory, database_url: str | None = None) -> None:
+    for outcome in docs_run.run_page(page, directory, database_url):
         docs_run.check(outcome)
 
 
@@ -51,6 +67,8 @@ def test_server_commands_move_to_a_free_port():
     assert f"--port {ports['8100']}" in line and "8100" not in line
     assert docs_run.with_ports("curl localhost:8100/a", ports) == f"curl 127.0.0.1:{ports['8100']}/a"
     assert docs_run.server_line("curl localhost:8000", ports) is None
+    url = "postgresql://postgres@127.0.0.1:5432/fairmatch_test_x"
+    assert docs_run.with_ports("export X=postgresql://f@db.example.org:5432/f  # y", {}, url) == f"export X={url}  # y"
 
 
 def outcome(expected: str, stdout: str, stderr: str = "", status: int = 0, console: bool = False) -> Outcome:
