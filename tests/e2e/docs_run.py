@@ -38,7 +38,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-MARKER = re.compile(r"<!--\s*docs-run:\s*(server|postgresql|skip|not run)\b\s*(.*?)\s*-->", re.DOTALL)
+# a marker starts its line: one quoted in a sentence (as in docs/how-to/tests.md) steers nothing
+MARKER = re.compile(r"^<!--\s*docs-run:\s*(server|postgresql|skip|not run)\b\s*(.*?)\s*-->", re.DOTALL | re.MULTILINE)
 POSTGRESQL_URL = re.compile(r"postgresql(?:\+\w+)?://[^\s'\"]+")
 EXPECTED = re.compile(r"^\s*#\s*->\s*(.*)$")
 EXPECTED_EXIT = re.compile(r"^exit\s+(\d+)$")
@@ -169,7 +170,7 @@ def server_line(command: str, ports: dict[str, int]) -> str | None:
     url = f"http://127.0.0.1:{port}"
     return (
         f"{assignments}fairmatch serve {shlex.join(kept)} --host 127.0.0.1 --port {port} "
-        f">>server-{port}.log 2>&1 &\ndocs_run_pids+=($!)\ndocs_run_ready {url}\nexport FAIRMATCH_URL={url}"
+        f">>server-{port}.log 2>&1 &\ndocs_run_pids+=($!)\ndocs_run_ready {url} $!\nexport FAIRMATCH_URL={url}"
     )
 
 
@@ -185,9 +186,10 @@ PRELUDE = f"""
 docs_run_pids=()
 trap 'kill "${{docs_run_pids[@]}}" 2>/dev/null; wait' EXIT
 curl() {{ command curl -w '%{{stderr}}\\n{STATUS_LINE} %{{http_code}}\\n' "$@"; }}
-docs_run_ready() {{
-  for _ in $(seq 1 300); do
+docs_run_ready() {{  # URL PID: wait for the server's /healthz, two minutes at most
+  for _ in $(seq 1 1200); do
     command curl -sf -o /dev/null "$1/healthz" && return 0
+    kill -0 "$2" 2>/dev/null || break
     sleep 0.1
   done
   echo "no server answered at $1" >&2; cat server-*.log >&2; return 1
@@ -195,7 +197,7 @@ docs_run_ready() {{
 """
 
 
-def run_page(page: Page, directory: Path, database_url: str | None = None, timeout: float = 150) -> list[Outcome]:
+def run_page(page: Page, directory: Path, database_url: str | None = None, timeout: float = 300) -> list[Outcome]:
     """Run the page's commands in one bash process in `directory`, each PostgreSQL URL replaced by
     `database_url`; each command's outcome."""
     for name in LINKED:
