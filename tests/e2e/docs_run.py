@@ -3,7 +3,7 @@ what each command answers. The conventions (docs/how-to/tests.md, "Docs that run
 
 - ```sh and ```bash blocks run in page order, command by command, in one bash process
   (what one block exports, the next sees), in a temporary directory that holds links to the
-  repository's `examples/`, `config/` and `ops/`. A command that exits non-zero fails the page.
+  repository's `examples/`, `config/` and `ops/`, and `.venv` to the tests' own environment. A command that exits non-zero fails the page.
 - ```console blocks: each `$ command` line runs; the lines up to the next `$` are its
   output as the page shows it, checked for shape: every table header shown (the line above
   a rule of `─`) must be printed, the same column names in the same order.
@@ -202,6 +202,9 @@ def run_page(page: Page, directory: Path, database_url: str | None = None, timeo
     `database_url`; each command's outcome."""
     for name in LINKED:
         (directory / name).symlink_to(REPO / name)
+    venv = Path(sys.prefix)
+    if (venv / "bin" / "activate").exists():  # `. .venv/bin/activate` as in the repository's root
+        (directory / ".venv").symlink_to(venv)
     ports: dict[str, int] = {}
     script = [PRELUDE]
     if page.server_first:
@@ -221,18 +224,20 @@ def run_page(page: Page, directory: Path, database_url: str | None = None, timeo
         PYTHONPATH=str(REPO),
         FAIRMATCH_SERVER__GRACEFUL_SHUTDOWN_SECONDS="1",
     )
+    script_file = directory / "docs-run.sh"
+    script_file.write_text("\n".join(script) + "\n")
     process = subprocess.Popen(
-        ["bash", "--noprofile", "--norc"],
+        ["bash", "--noprofile", "--norc", script_file.name],
         cwd=directory,
         env=env,
-        stdin=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,  # no reader at a terminal: a command that asks gets no answer
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        stdout, stderr = process.communicate("\n".join(script), timeout=timeout)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
@@ -316,8 +321,9 @@ def http_problem(expected: str, outcome: Outcome) -> str | None:
 
 def expected_shape(body: str) -> Any:
     """The page's JSON with `...` (more keys or items) removed."""
-    cleaned = re.sub(r",\s*\.\.\.(?=\s*[}\]])", "", body.strip())
-    cleaned = re.sub(r"\[\s*\.\.\.\s*\]", "[]", cleaned)
+    cleaned = re.sub(r"([\[{])\s*\.\.\.\s*([\]}])", r"\1\2", body.strip())  # `{...}`, `[...]`
+    cleaned = re.sub(r"\.\.\.\s*,\s*", "", cleaned)  # `{..., "a": 1}`
+    cleaned = re.sub(r",\s*\.\.\.(?=\s*[}\]])", "", cleaned)  # `{"a": 1, ...}`
     return json.loads(cleaned)
 
 

@@ -78,6 +78,7 @@ def outcome(expected: str, stdout: str, stderr: str = "", status: int = 0, conso
 def test_answers_are_checked_for_shape_not_numbers():
     status = f"{docs_run.STATUS_LINE} 201\n"
     shown = '201 {"jobs":[{"job_id":1,"status":"Waiting"}], ...}'
+    assert docs_run.expected_shape('{"a": [1, ...], ..., "b": {...}}') == {"a": [1], "b": {}}
     docs_run.check(outcome(shown, '{"jobs":[{"job_id":7,"status":"Waiting","x":1}],"y":2}', status))
     for stdout, stderr in [
         ('{"jobs":[{"job_id":7,"status":"Matched"}]}', status),  # a string differs
