@@ -197,9 +197,10 @@ docs_run_ready() {{  # URL PID: wait for the server's /healthz, two minutes at m
 """
 
 
-def run_page(page: Page, directory: Path, database_url: str | None = None, timeout: float = 300) -> list[Outcome]:
+def run_page(page: Page, directory: Path, database_url: str | None = None, timeout: float = 240) -> list[Outcome]:
     """Run the page's commands in one bash process in `directory`, each PostgreSQL URL replaced by
-    `database_url`; each command's outcome."""
+    `database_url`; each command's outcome. `timeout` stays under pytest's (300 s), so that a
+    page too slow fails with what it printed."""
     for name in LINKED:
         (directory / name).symlink_to(REPO / name)
     venv = Path(sys.prefix)
