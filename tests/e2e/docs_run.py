@@ -242,8 +242,9 @@ def run_page(page: Page, directory: Path, database_url: str | None = None, timeo
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
+        logs = "".join(f"--- {log.name}\n{log.read_text()[-2000:]}" for log in sorted(directory.glob("server-*.log")))
         raise PageFailure(
-            f"{page.path.name} did not finish in {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+            f"{page.path.name} did not finish in {timeout} s:\n{stdout[-3000:]}\n{stderr[-3000:]}\n{logs}"
         ) from None
     finally:
         with contextlib.suppress(ProcessLookupError):
