@@ -23,7 +23,8 @@ moves by moving its file):
   (test_priority_loop, test_site_limits, test_task_queue_catalog), PgBouncer,
   schemathesis over the wire, the body limits on chunked uploads and a reused
   connection (test_hostile_input), tokens next to `fairmatch serve`'s refusal
-  to listen without them (test_auth).
+  to listen without them (test_auth), the documentation's commands run as
+  written, each page with servers of its own (test_docs_run).
 - tests/fault/: real servers against a PostgreSQL cluster of their own that
   the tests stop and restart, or a Patroni pair whose primary they kill.
 """

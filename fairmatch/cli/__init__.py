@@ -4,7 +4,8 @@ This root only composes the command modules into one app and holds the console
 script's `main`; the command modules import helper modules, never each other or
 this root. The local, server-side commands (serve, db, token) do not import the
 HTTP client; the client commands (the rest) do not import the database.
-Client commands print rich tables on a terminal and the server's JSON otherwise.
+Client commands print rich tables on a terminal and the server's JSON otherwise;
+`fairmatch --format table` or `--format json` chooses, whatever stdout is.
 Heavy modules (uvicorn, SQLAlchemy, Alembic, settings) are imported inside the
 commands that need them, so client commands start quickly.
 """
@@ -12,6 +13,7 @@ commands that need them, so client commands start quickly.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -32,6 +34,7 @@ from fairmatch.cli import (
     token,
 )
 from fairmatch.cli.common import EXIT_FAILED
+from fairmatch.cli.render import OutputFormat, choose_format
 
 cli = typer.Typer(
     name="fairmatch",
@@ -41,6 +44,23 @@ cli = typer.Typer(
     rich_markup_mode=None,  # plain help: brackets in texts are literal
     pretty_exceptions_show_locals=False,  # locals may hold database passwords
 )
+
+
+@cli.callback()
+def root(
+    output_format: Annotated[
+        OutputFormat,
+        typer.Option(
+            "--format",
+            help="Output of the client commands: tables on a terminal and JSON otherwise (auto), "
+            "or always tables, or always JSON.",
+        ),
+    ] = OutputFormat.auto,
+) -> None:
+    """Fair-share job matcher: run the service, migrate its database, submit and inspect jobs."""
+    choose_format(output_format)
+
+
 # commands, then groups, in the order `fairmatch --help` lists them
 for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app, audit.app, simulate.app):
     cli.add_typer(commands)

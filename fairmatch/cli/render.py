@@ -1,10 +1,12 @@
-"""Output of the client commands: rich tables on a terminal, the server's JSON otherwise."""
+"""Output of the client commands: rich tables on a terminal, the server's JSON otherwise
+(`fairmatch --format table|json` chooses either, whatever stdout is)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import Any
 
 import typer
@@ -20,8 +22,28 @@ NUMERIC_COLUMNS = {
 }  # fmt: skip
 
 
+class OutputFormat(StrEnum):
+    auto = "auto"  # tables on a terminal, JSON otherwise
+    table = "table"
+    json = "json"
+
+
+_chosen = {"format": OutputFormat.auto}  # set by the root command on every invocation
+
+
+def choose_format(output_format: OutputFormat) -> None:
+    _chosen["format"] = output_format
+
+
+def tables_wanted() -> bool:
+    """Tables or JSON: the format chosen on the command line, else whether stdout is a terminal."""
+    if _chosen["format"] is OutputFormat.auto:
+        return stdout_is_tty()
+    return _chosen["format"] is OutputFormat.table
+
+
 def stdout_is_tty() -> bool:
-    """The one place that decides between tables and JSON (tests replace it)."""
+    """What decides between tables and JSON unless `--format` chose (tests replace it)."""
     return sys.stdout.isatty()
 
 
@@ -36,8 +58,8 @@ def stderr_is_tty() -> bool:
 
 
 def show(document: Any, view: Callable[[Any], RenderableType]) -> None:
-    """`view(document)` on a terminal (a str as a plain line), else the document as JSON."""
-    if not stdout_is_tty():
+    """`view(document)` when tables are wanted (a str as a plain line), else the document as JSON."""
+    if not tables_wanted():
         print_json(document)
         return
     shown = view(document)

@@ -26,7 +26,7 @@ class MatchingSettings(Section):
         "(dirac: exact; rank and multifactor: highest).",
     )
     prefer_longest_cpu: bool = Field(
-        True,
+        False,
         description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket. "
         "The multifactor policy, where job size is a factor, defaults to false.",
     )
@@ -55,7 +55,7 @@ class MatchingSettings(Section):
         "other processes deleted leave its copy.",
     )
     unstated_fields: Literal["strict", "dirac"] = Field(
-        "strict",
+        "dirac",
         description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
         "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
     )

@@ -215,6 +215,23 @@ def test_pilots_list_and_show_a_pilot_named_by_a_url(fairmatch, server, clean):
                   "not on record")  # fmt: skip
 
 
+def test_format_chooses_tables_or_json_whatever_stdout_is(fairmatch, server, clean):
+    submit_via_api(server, JOB_A)
+    args = ["taskqueues", "--url", server.url]
+
+    piped = fairmatch(*args)  # stdout is a pipe: JSON unless asked
+    assert [tq["owner"] for tq in succeeded(piped)["task_queues"]] == ["alice"]
+    assert succeeded(fairmatch("--format", "json", *args)) == succeeded(piped)
+
+    table = fairmatch("--format", "table", *args, COLUMNS="200")
+    assert table.returncode == 0, table.stderr
+    assert "Task queues" in table.stdout and "alice" in table.stdout
+    assert table.stdout.splitlines()[2].split()[:3] == ["id", "owner", "group"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(table.stdout)
+    assert_failed(fairmatch("--format", "yaml", *args), 2, "yaml")
+
+
 def test_a_refused_resource_exits_1_with_the_problem_detail(fairmatch, server, clean):
     resource = ["--site", "S1", "--cpu-time", "10", "--required-tag", "GPU"]
     result = fairmatch("match", *resource, "--url", server.url)
