@@ -48,6 +48,13 @@ def test_fields_are_kept_as_written_in_line_order():
     ]
     assert [r.raw_shares for r in rows] == [1, 1, None, 10]
     assert rows[2].uses_parent_shares  # any case, kept as written
+
+
+def test_names_drop_the_spaces_around_them_as_everywhere_else():
+    rows = parse_sacctmgr("root|1|||\n vo |10| root ||\nvo|10|  |  alice |\n")
+
+    assert rows == [Association("root", "1", "", ""), Association("vo", "10", "root", ""),
+                    Association("vo", "10", "", "alice")]  # fmt: skip
     assert [r.parent_node for r in rows] == [None, Node("root"), Node("root"), Node("vo")]
 
 
