@@ -48,6 +48,7 @@ def test_fields_are_kept_as_written_in_line_order():
     ]
     assert [r.raw_shares for r in rows] == [1, 1, None, 10]
     assert rows[2].uses_parent_shares  # any case, kept as written
+    assert [r.parent_node for r in rows] == [None, Node("root"), Node("root"), Node("vo")]
 
 
 def test_names_drop_the_spaces_around_them_as_everywhere_else():
@@ -55,7 +56,6 @@ def test_names_drop_the_spaces_around_them_as_everywhere_else():
 
     assert rows == [Association("root", "1", "", ""), Association("vo", "10", "root", ""),
                     Association("vo", "10", "", "alice")]  # fmt: skip
-    assert [r.parent_node for r in rows] == [None, Node("root"), Node("root"), Node("vo")]
 
 
 def test_the_fixture_is_a_realistic_dump(lhcb_text, lhcb):
