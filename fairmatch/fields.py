@@ -15,10 +15,14 @@ MAX_VALUES = 1000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _no_control_characters(value: str) -> str:
+def clean_name(value: str) -> str:
+    """A name as stored: without the spaces around it (`"  alice  "` is `alice`, one owner, one
+    fair-share entity), never blank, without control characters. Every name that enters
+    (API bodies, paths and filters, settings, imported trees) passes here."""
     if _CONTROL.search(value):
         raise ValueError("control characters are not allowed")
-    if not value.strip():
+    value = value.strip()
+    if not value:
         raise ValueError("must not be blank")
     try:
         value.encode()
@@ -27,26 +31,55 @@ def _no_control_characters(value: str) -> str:
     return value
 
 
-def _one_or_many(value: Any) -> Any:
-    """DIRAC sends a single string where it means a one-element list."""
-    return [value] if isinstance(value, str) else value
+def _no_separator(value: str) -> str:
+    if SEPARATOR in value:
+        raise ValueError(
+            f"a name holds no {SEPARATOR!r}: it separates the names of a list written as one string "
+            "(send several names as a list, or as such a string)"
+        )
+    return value
 
 
-# For query parameters, which take a pattern rather than a validator.
+def names_from_text(value: Any) -> Any:
+    """DIRAC's names written as one string, as its pilots send tags and its configuration holds
+    lists: separated by commas, in optional brackets, each stripped of spaces and quotes
+    (`"LCG.CERN.cern, LCG.RAL.uk"`, `"['GPU', '8Processors']"`); `""` is no name. A string
+    longer than any list written out is left to fail as not a list."""
+    if not isinstance(value, str) or len(value) > MAX_NAMES_TEXT:
+        return value
+    items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(SEPARATOR))
+    return [item for item in items if item]
+
+
+# For what is checked by a pattern rather than a validator (a cursor's reference, as stored)
 NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+SEPARATOR = ","
+# names as one string: as long as the longest list, written out with separators and quotes
+MAX_NAMES_TEXT = MAX_VALUES * (MAX_NAME + 4)
 
 Name = Annotated[
     str,
     Field(min_length=1, max_length=MAX_NAME),
-    AfterValidator(_no_control_characters),
+    AfterValidator(clean_name),
 ]
+# a name that may stand in a list: without the comma that separates listed names
+ListedName = Annotated[Name, AfterValidator(_no_separator)]
 
+_NAMES_TEXT = Annotated[str, Field(max_length=MAX_NAMES_TEXT)]
 NameList = Annotated[
-    list[Name],
-    # the schema says what is accepted: one name, or a list of them
-    BeforeValidator(_one_or_many, json_schema_input_type=Name | Annotated[list[Name], Field(max_length=MAX_VALUES)]),
+    list[ListedName],
+    # the schema says what is accepted: a list of names, or one string of them
+    BeforeValidator(
+        names_from_text,
+        json_schema_input_type=_NAMES_TEXT | Annotated[list[ListedName], Field(max_length=MAX_VALUES)],
+    ),
     Field(max_length=MAX_VALUES),
 ]
+# what the descriptions of list fields say of the forms they take
+NAMES_TEXT_FORMS = (
+    'A list of names, or one string of them separated by commas (`"A, B"`, DIRAC\'s form: optional '
+    'brackets, quotes and spaces around each name dropped; `""` is none). No name holds a comma.'
+)
 
 # An integer from JSON: true/false are not numbers, and neither are strings.
 Int = Annotated[int, Strict()]

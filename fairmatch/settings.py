@@ -27,6 +27,7 @@ from pydantic_settings import (
 
 from fairmatch.accounting.settings import AccountingSettings
 from fairmatch.auth.settings import AuthSettings
+from fairmatch.fields import Name
 from fairmatch.jobs.settings import JobSettings
 from fairmatch.limits.settings import SiteLimitSettings
 from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatching
@@ -223,10 +224,11 @@ class Settings(BaseSettings):
     accounting: AccountingSettings = Field(default_factory=AccountingSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
-    groups: dict[str, GroupSettings] = Field(
-        default_factory=dict, description="Groups created at start-up when not yet in the database."
+    groups: dict[Name, GroupSettings] = Field(
+        default_factory=dict,
+        description="Groups created at start-up when not yet in the database (spaces around a name dropped).",
     )
-    site_limits: dict[str, SiteLimitSettings] = Field(
+    site_limits: dict[Name, SiteLimitSettings] = Field(
         default_factory=dict,
         description="Site limits created at start-up when not yet in the database (then edited over the API).",
     )

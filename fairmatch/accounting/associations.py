@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from fairmatch.accounting.tree import Node, ShareTree
-from fairmatch.fields import MAX_NAME
+from fairmatch.fields import MAX_NAME, clean_name
 
 SHARES_PARENT = "parent"
 MAX_SHARES = 2**32 - 1  # Slurm keeps shares in a uint32
@@ -45,7 +45,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 @dataclass(frozen=True, slots=True)
 class Association:
-    """One line of the dump, each field exactly as written."""
+    """One line of the dump, each field as written, the names without the spaces around them."""
 
     account: str
     shares: str  # digits or "parent" (any case)
@@ -160,9 +160,18 @@ def _parse_line(number: int, line: str) -> Association | LineError:
     problem = _line_problem(number, line)
     if problem:
         return LineError(number, line, problem)
-    row = Association(*line.split(SEPARATOR)[:FIELDS])
+    account, shares, parent, user = line.split(SEPARATOR)[:FIELDS]
+    try:
+        row = Association(_trimmed(account), shares, _trimmed(parent), _trimmed(user))
+    except ValueError as exc:
+        return LineError(number, line, str(exc))
     problem = _field_problem(row)
     return LineError(number, line, problem) if problem else row
+
+
+def _trimmed(name: str) -> str:
+    """A name of the dump as every name that enters is stored (spaces around it dropped); none stays none."""
+    return clean_name(name) if name.strip() else ""
 
 
 def _line_problem(number: int, line: str) -> str | None:

@@ -17,7 +17,7 @@ from fairmatch.api.schemas import Pilot, PilotPage
 from fairmatch.auth.tokens import Principal
 from fairmatch.db.pilots import Cursor, PilotFilter
 from fairmatch.errors import BadRequest, InvalidInput
-from fairmatch.fields import MAX_NAME, NAME_PATTERN, Time
+from fairmatch.fields import MAX_NAME, NAME_PATTERN, Name, Time
 from fairmatch.services import pilots as pilot_service
 
 router = APIRouter(prefix="/pilots", tags=["pilots"])
@@ -49,13 +49,11 @@ class PilotQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    site: str | None = Field(None, max_length=MAX_NAME, pattern=NAME_PATTERN, description="Pilots at this site.")
+    site: Name | None = Field(None, description="Pilots at this site.")
     since: Time | None = Field(
         None, description="Pilots first seen at or after this time (ISO 8601; without an offset, UTC)."
     )
-    reference: str | None = Field(
-        None, max_length=MAX_NAME, pattern=NAME_PATTERN, description="The pilot of this reference, as it is sent."
-    )
+    reference: Name | None = Field(None, description="The pilot of this reference, as it is sent.")
     limit: int = Field(100, ge=1, le=1000)
     cursor: str | None = Field(None, max_length=MAX_CURSOR, description="The `next_cursor` of the page before.")
 
@@ -93,10 +91,8 @@ async def list_pilots(caller: PilotsAndOperators, conn: Connection, query: Annot
 @router.get("/{reference:path}", response_model=Pilot, summary="One pilot and the jobs it took")
 async def get_pilot(
     reference: Annotated[
-        str,
+        Name,
         Path(
-            max_length=MAX_NAME,
-            pattern=NAME_PATTERN,
             description="The pilot's reference, percent-encoded (`https%3A%2F%2Fce.example.org%3A9619%2F123.0`).",
         ),
     ],

@@ -32,7 +32,13 @@ class Job(BaseModel):
     job_id: int
     external_id: str | None = Field(description="The submitter's own id for the job (DIRAC's JobID), if given.")
     status: str
-    minor_status: str | None = Field(description="Free text beside the status: `Assigned` once matched, as in DIRAC.")
+    minor_status: str | None = Field(
+        description="Free text beside the status, as in DIRAC: `Assigned` once matched; then what the pilot's "
+        "reports state, or none. Every change of status sets its own (none when it states none), so nothing "
+        "a former status said stays; a heartbeat that states none keeps the one there is. The service's own "
+        "changes state why: `Marked for termination` (killed), `Put on hold`, `Released from hold`, "
+        "`matched lease expired`, `no heartbeat`, `Stalled too long`."
+    )
     task_queue_id: int | None = Field(
         description="The TQ the job waits in (Waiting), or was matched from (match answers)."
     )

@@ -43,7 +43,7 @@ from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
 from fairmatch.db.tables import job_specs, jobs, match_requests, tq_jobs
 from fairmatch.errors import DuplicateRequest, UniqueViolation
-from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.lifecycle import ASSIGNED, JobStatus
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed, Outcome, Refused
 
@@ -96,7 +96,7 @@ WITH picked AS MATERIALIZED (
 ), matched AS (
     UPDATE jobs
     SET status = %(status)s,
-        minor_status = 'Assigned',
+        minor_status = %(minor_status)s,
         site = %(site)s,
         pilot_reference = %(pilot_reference)s,
         grid_ce = %(grid_ce)s,
@@ -110,7 +110,7 @@ WITH picked AS MATERIALIZED (
     RETURNING jobs.*
 ), event AS (
     INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    SELECT id, %(status)s, 'Assigned', %(now)s, 'match', %(requester)s FROM matched
+    SELECT id, %(status)s, CAST(%(minor_status)s AS varchar), %(now)s, 'match', %(requester)s FROM matched
 ), request AS (
     INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
     SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s, CAST(%(request_resource)s AS json) FROM matched
@@ -191,6 +191,7 @@ class ClaimDB(AreaDB):
             "request_resource": who.request_resource,
             "now": now,
             "status": (JobStatus.HandedOff if who.handoff else JobStatus.Matched).value,
+            "minor_status": ASSIGNED,
             "lease_until": None if who.handoff else now + timedelta(seconds=who.lease_seconds),
             "finished_at": now if who.handoff else None,
             "guarded": target.limits is not None,

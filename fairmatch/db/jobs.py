@@ -30,7 +30,7 @@ from fairmatch.db.batches import batches_of
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.filters import JobFilter, JobOrder
-from fairmatch.jobs.lifecycle import FINAL, JobStatus
+from fairmatch.jobs.lifecycle import FINAL, NO_HEARTBEAT, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
 
@@ -115,7 +115,8 @@ class StatusReport:
     status: JobStatus
     from_statuses: tuple[str, ...]  # the statuses a job may be in to take this one
     starting_from: tuple[str, ...]  # the statuses from which taking this one starts the job
-    minor_status: str | None
+    minor_status: str | None  # what the job's minor status becomes (None: none)
+    keeping_minor_from: tuple[str, ...]  # the statuses in which the job keeps its minor status instead
     cpu_seconds: float | None
     wall_seconds: float | None
     at: datetime
@@ -362,7 +363,7 @@ class JobDB(AreaDB):
                     jobs.c.status == JobStatus.Running.value,
                     jobs.c.heartbeat_at <= silent_since,
                 )
-                .values(status=JobStatus.Stalled.value, minor_status="no heartbeat")
+                .values(status=JobStatus.Stalled.value, minor_status=NO_HEARTBEAT)
                 .returning(jobs.c.id)
             )
         ).first()
@@ -384,7 +385,9 @@ class JobDB(AreaDB):
                 if problem is not None:
                     return Reported(before, None, problem)
             values: dict[str, Any] = {"status": report.status.value, "heartbeat_at": report.at}
-            for field in ("minor_status", "cpu_seconds", "wall_seconds"):
+            if before.value not in report.keeping_minor_from:
+                values["minor_status"] = report.minor_status
+            for field in ("cpu_seconds", "wall_seconds"):
                 if getattr(report, field) is not None:
                     values[field] = getattr(report, field)
             if before is JobStatus.Matched:  # the pilot answered: the lease is over
@@ -457,7 +460,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         # in this process's next batch of hot statements (fairmatch/db/batches.py)
         row: Any = await batches_of(self.conn.engine).run(self.conn, _report_sql(where), {
             "job_id": report.job_id, "status": report.status.value, "from_statuses": list(report.from_statuses),
-            "starting_from": list(report.starting_from),
+            "starting_from": list(report.starting_from), "keeping_minor_from": list(report.keeping_minor_from),
             "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,
             "wall_seconds": report.wall_seconds, "finished_at": report.at if report.finishes else None,
             "charge": report.charge(report.cpu_seconds), "latest_match": report.used.latest_match(), "by": report.by,
@@ -497,7 +500,8 @@ WITH locked AS MATERIALIZED (
     UPDATE jobs
     SET status = CAST(%(status)s AS varchar),
         heartbeat_at = %(at)s,
-        minor_status = COALESCE(CAST(%(minor_status)s AS varchar), jobs.minor_status),
+        minor_status = CASE WHEN locked.status = ANY(CAST(%(keeping_minor_from)s AS varchar[])) THEN jobs.minor_status
+                            ELSE CAST(%(minor_status)s AS varchar) END,
         cpu_seconds = COALESCE(CAST(%(cpu_seconds)s AS float8), jobs.cpu_seconds),
         wall_seconds = COALESCE(CAST(%(wall_seconds)s AS float8), jobs.wall_seconds),
         -- confirmed: the job starts

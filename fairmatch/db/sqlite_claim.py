@@ -42,7 +42,7 @@ REMOVE = "DELETE FROM tq_jobs WHERE job_id = :job_id"
 MATCH = """
     UPDATE jobs
     SET status = :status,
-        minor_status = 'Assigned',
+        minor_status = :minor_status,
         site = :site,
         pilot_reference = :pilot_reference,
         grid_ce = :grid_ce,
@@ -56,7 +56,7 @@ MATCH = """
 SPEC = "SELECT requirements, payload FROM job_specs WHERE job_id = :job_id"
 EVENT = """
     INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    VALUES (:job_id, :status, 'Assigned', :now, 'match', :requester)"""
+    VALUES (:job_id, :status, :minor_status, :now, 'match', :requester)"""
 REQUEST = """
     INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
     VALUES (:requester, :request_id, :job_id, :now, :request_resource)"""

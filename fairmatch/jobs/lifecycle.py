@@ -9,6 +9,10 @@ Stalled -> Running | Done | Failed   (its pilot reports again)
 any non-final state -> Killed
 Waiting -> HandedOff        (a match that hands the job to a system that follows it from then on)
 Running -> Running is the heartbeat. Everything else is refused.
+
+Beside its status a job has a minor status (DIRAC's): each change of status sets the
+one the change states, or none, so that nothing a former status said outlives it
+(a Done job is not still `Assigned`); only a heartbeat that states none keeps it.
 """
 
 from __future__ import annotations
@@ -64,6 +68,21 @@ def starts(current: JobStatus, new: JobStatus) -> bool:
     """Whether `current -> new` starts the job: its pilot confirms it. A pilot that fails
     a Matched job never started it; a stalled job reporting again had started before."""
     return current is JobStatus.Matched and new is JobStatus.Running
+
+
+# the minor statuses of the changes the service makes itself (DIRAC's words where DIRAC has them)
+ASSIGNED = "Assigned"  # matched, as DIRAC's Matcher records it
+KILLED = "Marked for termination"  # killed, as DIRAC's job manager records it
+HELD = "Put on hold"
+RELEASED = "Released from hold"
+NO_HEARTBEAT = "no heartbeat"  # Running -> Stalled by the watchdog
+
+
+def keeps_minor_status(current: JobStatus, new: JobStatus, stated: str | None) -> bool:
+    """Whether a report of `new` with minor status `stated` (None: none) leaves the minor status
+    of a job in `current` as it is: only a heartbeat that states none. Any other report sets
+    the one it states, or none."""
+    return stated is None and current is new
 
 
 def lease_lapsed(job: Any, by: datetime) -> bool:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
-from fairmatch.fields import Int, Name, NameList
+from fairmatch.fields import NAMES_TEXT_FORMS, Int, Name, NameList
 
 MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
 MAX_SECONDS = 1e12
@@ -16,23 +16,26 @@ PRIORITY_CLASS_MIN, PRIORITY_CLASS_MAX = -1023, 1024
 
 
 class JobSpec(BaseModel):
-    """One job to queue. Lists may also be given as a single string."""
+    """One job to queue. Spaces around a name are dropped (`"  alice  "` is `alice`); a list of
+    names may also be given as one string of them, separated by commas, as DIRAC writes lists."""
 
     model_config = ConfigDict(extra="forbid")
 
-    owner: Name
-    owner_group: Name
+    owner: Name = Field(description='Spaces around it are dropped: `"  alice  "` is the owner `alice`.')
+    owner_group: Name = Field(description="Spaces around it are dropped.")
     vo: Name | None = Field(None, description="Defaults to the `jobs.default_vo` setting.")
     cpu_time: Int | None = Field(
         None, ge=0, le=MAX_CPU_TIME, description="CPU seconds needed; defaults to `jobs.default_cpu_time`."
     )
-    sites: NameList = []
+    sites: NameList = Field([], description=f"Where the job may run; none: anywhere. {NAMES_TEXT_FORMS}")
     # after sites: the check of banned_sites reads them
-    banned_sites: NameList = []
-    grid_ces: NameList = []
-    platforms: NameList = []
-    job_types: NameList = []
-    tags: NameList = []
+    banned_sites: NameList = Field([], description=f"Where the job may not run. {NAMES_TEXT_FORMS}")
+    grid_ces: NameList = Field([], description=f"The CEs the job may run behind; none: any. {NAMES_TEXT_FORMS}")
+    platforms: NameList = Field([], description=f"The platforms the job may run on; none: any. {NAMES_TEXT_FORMS}")
+    job_types: NameList = Field(
+        [], description=f"The job types of the resources that may take it; none: any. {NAMES_TEXT_FORMS}"
+    )
+    tags: NameList = Field([], description=f"Tags a resource must all offer. {NAMES_TEXT_FORMS}")
     # max before min: the check of min_ram_mb reads it
     max_ram_mb: Int = Field(
         0,
@@ -70,7 +73,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _a_site_left_to_run_at(cls, banned_sites: list[str], info: ValidationInfo) -> list[str]:
         sites = info.data.get("sites")
-        if sites and {s.strip() for s in sites} <= {b.strip() for b in banned_sites}:
+        if sites and set(sites) <= set(banned_sites):
             raise ValueError(f"bans every site in sites ({', '.join(sorted(set(sites)))}): the job could never run")
         return banned_sites
 

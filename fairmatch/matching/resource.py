@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fairmatch.errors import BadRequest
-from fairmatch.fields import MAX_NAME, MAX_VALUES, Int, Name, NameList
+from fairmatch.fields import MAX_NAME, MAX_VALUES, NAMES_TEXT_FORMS, SEPARATOR, Int, ListedName, Name, NameList
 from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB
 from fairmatch.matching.settings import MatchingSettings
 from fairmatch.taskqueues.requirements import ANY
@@ -38,8 +38,6 @@ MAX_PROCESSORS = 1024
 MAX_BENCHMARK = 1e6
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-# tags as one string: as long as the longest list, written out with separators and quotes
-MAX_TAG_TEXT = MAX_VALUES * (MAX_NAME + 4)
 # what a pilot reading its numbers from a configuration file sends for them
 _INTEGER_TEXT = re.compile(r"\s*[+-]?\d{1,20}\s*")
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d{1,20}(\.\d{0,20})?|\.\d{1,20})([eE][+-]?\d{1,4})?\s*")
@@ -48,17 +46,6 @@ _NUMBER_TEXT = re.compile(r"\s*[+-]?(\d{1,20}(\.\d{0,20})?|\.\d{1,20})([eE][+-]?
 def is_any(tag: str) -> bool:
     """DIRAC's `any` among tags: in any case, its punctuation ignored (`Any`, `"any"`, `[ANY]`)."""
     return tag.lower().translate(_PUNCTUATION) == ANY
-
-
-def _tags_from_text(value: Any) -> Any:
-    """DIRAC's Matcher takes tags as a list, or as one string of them: comma-separated,
-    in optional brackets, each stripped of spaces and quotes (`"GPU, 8Processors"`,
-    `"['A', 'B']"`); `""` is no tag. A string longer than any list of tags written out is
-    left to fail as not a list."""
-    if not isinstance(value, str) or len(value) > MAX_TAG_TEXT:
-        return value
-    items = (item.strip("\"' ") for item in value.strip(" ").strip("[]").split(","))
-    return [item for item in items if item]
 
 
 def _number_from_text(value: Any) -> Any:
@@ -73,26 +60,19 @@ def _number_from_text(value: Any) -> Any:
     return value
 
 
-TagText = Annotated[str, Field(max_length=MAX_TAG_TEXT)]
-TagList = Annotated[
-    list[Name],
-    BeforeValidator(
-        _tags_from_text, json_schema_input_type=TagText | Annotated[list[Name], Field(max_length=MAX_VALUES)]
-    ),
-    Field(max_length=MAX_VALUES),
-]
 # numbers a pilot may also send as text, last in a type's metadata so that its bounds
 # stay in the schema; never true/false
 FromText = BeforeValidator(_number_from_text)
 
 
 def _one_or_several(value: Any) -> str:
-    return "several" if isinstance(value, list) else "one"
+    return "several" if isinstance(value, list) or (isinstance(value, str) and SEPARATOR in value) else "one"
 
 
-# the dry run's Site: one site, or several (the queues any of them may take)
+# the dry run's Site: one site, or several (the queues any of them may take), as a list or
+# as one string of them
 SiteOrSites = Annotated[
-    Annotated[Name, Tag("one")] | Annotated[list[Name], Field(min_length=1, max_length=MAX_VALUES), Tag("several")],
+    Annotated[ListedName, Tag("one")] | Annotated[NameList, Field(min_length=1), Tag("several")],
     Discriminator(_one_or_several),
 ]
 
@@ -142,7 +122,8 @@ def _alias(snake: str, dirac: str) -> AliasChoices:
 class ResourceDescription(BaseModel):
     """DIRAC's CamelCase keys and their snake_case aliases are both accepted.
 
-    Unknown keys are ignored: DIRAC pilots send many that do not bear on matching.
+    Unknown keys are ignored: DIRAC pilots send many that do not bear on matching. Spaces
+    around a name are dropped (`" LCG.CERN.cern "` is `LCG.CERN.cern`), as in a job.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -150,18 +131,23 @@ class ResourceDescription(BaseModel):
     site: SiteOrSites | None = Field(
         None,
         validation_alias=_alias("site", "Site"),
-        description="The resource's site; the dry run also takes a list (the queues any of them may take), "
-        "or none (any site). A pilot claiming a job names its own.",
+        description="The resource's site; the dry run also takes several, as a list or as one string of them "
+        'separated by commas (`"A, B"`: the queues any of them may take), or none (any site). A pilot claiming '
+        "a job names its own, one site: a comma in it is refused.",
     )
     cpu_time: Annotated[Int, Field(ge=0, le=MAX_CPU_TIME), FromText] = Field(
         validation_alias=_alias("cpu_time", "CPUTime")
     )
-    grid_ce: StatedList = Field(None, validation_alias=_alias("grid_ce", "GridCE"))
-    platform: StatedList = Field(None, validation_alias=_alias("platform", "Platform"))
-    job_type: StatedList = Field(None, validation_alias=_alias("job_type", "JobType"))
-    tags: TagList | None = Field(None, validation_alias=_alias("tags", "Tag"))
-    required_tags: TagList | None = Field(None, validation_alias=_alias("required_tags", "RequiredTag"))
-    owner_group: NameList | None = Field(None, validation_alias=_alias("owner_group", "OwnerGroup"))
+    grid_ce: StatedList = Field(None, validation_alias=_alias("grid_ce", "GridCE"), description=NAMES_TEXT_FORMS)
+    platform: StatedList = Field(None, validation_alias=_alias("platform", "Platform"), description=NAMES_TEXT_FORMS)
+    job_type: StatedList = Field(None, validation_alias=_alias("job_type", "JobType"), description=NAMES_TEXT_FORMS)
+    tags: NameList | None = Field(None, validation_alias=_alias("tags", "Tag"), description=NAMES_TEXT_FORMS)
+    required_tags: NameList | None = Field(
+        None, validation_alias=_alias("required_tags", "RequiredTag"), description=NAMES_TEXT_FORMS
+    )
+    owner_group: NameList | None = Field(
+        None, validation_alias=_alias("owner_group", "OwnerGroup"), description=NAMES_TEXT_FORMS
+    )
     owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
     vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
     max_ram_mb: Annotated[Int, Field(ge=0, le=MAX_RAM_MB), FromText] | None = Field(
@@ -325,7 +311,7 @@ class ClaimingResource(ResourceDescription):
     A claim that hands the job off may name no site: the system it goes to places it."""
 
     # required, but null is allowed for a hand-off (which may also leave the key out)
-    site: Name | None = Field(
+    site: ListedName | None = Field(
         validation_alias=_alias("site", "Site"),
         description="The site the pilot runs at; only a claim with `handoff` may leave it out.",
     )

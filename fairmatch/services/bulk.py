@@ -30,7 +30,7 @@ from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, NotFound
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import JobFilter
-from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed
+from fairmatch.jobs.lifecycle import FINAL, HELD, KILLED, RELEASED, RESCHEDULABLE, JobStatus, allowed
 from fairmatch.services import audit, reprioritise, taskqueues
 from fairmatch.services import jobs as job_service
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
@@ -56,6 +56,8 @@ TARGET = {
     BulkAction.release: JobStatus.Waiting,
     BulkAction.reschedule: JobStatus.Waiting,
 }
+# the minor status each action that changes jobs set-based gives them
+MINOR_STATUS = {BulkAction.kill: KILLED, BulkAction.hold: HELD, BulkAction.release: RELEASED}
 
 
 def applies(action: BulkAction, status: JobStatus) -> bool:
@@ -127,13 +129,17 @@ async def _audit(conn: AsyncConnection, request: Request, result: dict[str, Any]
 
 async def _apply(conn: AsyncConnection, request: Request, job_ids: list[int], settings: Settings) -> list[int]:
     if request.action in (BulkAction.kill, BulkAction.hold):
-        return await _take_out(conn, job_ids, TARGET[request.action], request.action.value, request.by)
+        return await _take_out(
+            conn, job_ids, TARGET[request.action], MINOR_STATUS[request.action], request.action.value, request.by
+        )
     if request.action is BulkAction.release:
         return await _release(conn, job_ids, request.by, settings)
     return await _one_by_one(conn, request, job_ids, settings)
 
 
-async def _take_out(conn: AsyncConnection, job_ids: list[int], status: JobStatus, source: str, by: str) -> list[int]:
+async def _take_out(
+    conn: AsyncConnection, job_ids: list[int], status: JobStatus, minor_status: str, source: str, by: str
+) -> list[int]:
     """Kill or hold one batch: out of their task queues, then the status, in one transaction."""
     now = utcnow()
     async with conn.begin():
@@ -142,11 +148,11 @@ async def _take_out(conn: AsyncConnection, job_ids: list[int], status: JobStatus
         locked = await db.lock(job_ids)
         moving = [job_id for job_id, row in locked.items() if allowed(JobStatus(row.status), status)]
         # a job whose tq_jobs row went but which may not move was no longer Waiting: it had none
-        values: dict[str, Any] = {"status": status.value, "lease_expires_at": None}
+        values: dict[str, Any] = {"status": status.value, "minor_status": minor_status, "lease_expires_at": None}
         if status in FINAL:
             values["finished_at"] = now
         await db.set_values(moving, **values)
-        await JobDB.of(conn).record_events(moving, status, now, source, by=by)
+        await JobDB.of(conn).record_events(moving, status, now, source, minor_status, by=by)
     for tq_id in sorted({unqueued[job_id] for job_id in moving if job_id in unqueued}):
         await taskqueues.delete_if_empty(conn, tq_id)
     return moving
@@ -168,9 +174,11 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
              "real_priority": real_priority(held[job_id].user_priority)}
             for job_id, reqs in sorted(wanted.items())
         ]  # fmt: skip
-        await db.set_values(held, status=JobStatus.Waiting.value)
+        await db.set_values(held, status=JobStatus.Waiting.value, minor_status=MINOR_STATUS[BulkAction.release])
         await db.queue(rows)
-        await JobDB.of(conn).record_events(sorted(held), JobStatus.Waiting, now, "release", by=by)
+        await JobDB.of(conn).record_events(
+            sorted(held), JobStatus.Waiting, now, "release", MINOR_STATUS[BulkAction.release], by=by
+        )
     await record_arrivals(conn, arrivals_of((row["tq_id"], row["real_priority"]) for row in rows), new_jobs=False)
     await refresh_priorities(conn, settings, {reqs.owner_group for reqs in wanted.values() if reqs.hash in created})
     return sorted(held)

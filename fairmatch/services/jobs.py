@@ -21,7 +21,7 @@ from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, InvalidInput, NotFound
 from fairmatch.jobs.filters import JobFilter, JobOrder
-from fairmatch.jobs.lifecycle import FINAL, RESCHEDULABLE, JobStatus, allowed, starts
+from fairmatch.jobs.lifecycle import FINAL, KILLED, RESCHEDULABLE, JobStatus, allowed, keeps_minor_status, starts
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
 from fairmatch.services import accounting, taskqueues
@@ -156,6 +156,7 @@ async def report_status(
             from_statuses=tuple(s.value for s in JobStatus if allowed(s, new)),
             starting_from=tuple(s.value for s in JobStatus if starts(s, new)),
             minor_status=report.minor_status,
+            keeping_minor_from=tuple(s.value for s in JobStatus if keeps_minor_status(s, new, report.minor_status)),
             cpu_seconds=report.cpu_seconds,
             wall_seconds=report.wall_seconds,
             at=now,
@@ -250,7 +251,7 @@ async def kill(
     by: str,
     waiting_only: bool = False,
     source: str = "kill",
-    minor_status: str | None = None,
+    minor_status: str = KILLED,
 ) -> dict[str, Any]:
     """The job ends Killed (409 once final); with `waiting_only`, only a Waiting or Held job does."""
     now = utcnow()
@@ -260,9 +261,8 @@ async def kill(
         state = await lock_for_transition(job_db, job_id, JobStatus.Killed, scope)
         if waiting_only and state.status not in (JobStatus.Waiting, JobStatus.Held):
             raise Conflict(f"job {job_id} is {state.status}, no longer waiting")
-        minor = {} if minor_status is None else {"minor_status": minor_status}
         row = await job_db.update(
-            job_id, status=JobStatus.Killed.value, finished_at=now, lease_expires_at=None, **minor
+            job_id, status=JobStatus.Killed.value, minor_status=minor_status, finished_at=now, lease_expires_at=None
         )
         await job_db.record_events([job_id], JobStatus.Killed, now, source, minor_status, by=by)
     if removed_from is not None:

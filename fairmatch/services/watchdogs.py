@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.jobs import JobDB
 from fairmatch.errors import Conflict, NotFound
-from fairmatch.jobs.lifecycle import SYSTEM, JobStatus, lease_lapsed, stalled_out
+from fairmatch.jobs.lifecycle import NO_HEARTBEAT, SYSTEM, JobStatus, lease_lapsed, stalled_out
 from fairmatch.services import accounting
 from fairmatch.services.jobs import UNRESTRICTED, lock_for_transition, reschedule
 from fairmatch.settings import Settings
@@ -46,7 +46,7 @@ async def mark_stalled(conn: AsyncConnection, now: datetime, settings: Settings,
         async with conn.begin():
             job_db = JobDB.of(conn)
             if await job_db.stall_if_silent(job_id, silent_since):
-                await job_db.record_events([job_id], JobStatus.Stalled, now, "stall", "no heartbeat", by=SYSTEM)
+                await job_db.record_events([job_id], JobStatus.Stalled, now, "stall", NO_HEARTBEAT, by=SYSTEM)
                 stalled += 1
     return stalled
 

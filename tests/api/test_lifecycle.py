@@ -190,6 +190,62 @@ def test_done_records_cpu_and_wall_seconds_and_finished_at(client, database):
     assert events(database, job_id) == ["Waiting", "Matched", "Running", "Done"]
 
 
+# --- the minor status follows the job ------------------------------------------------
+
+
+def minor_statuses(client: httpx.Client, job_id: int) -> list[tuple[str, str | None]]:
+    return [(e["status"], e["minor_status"]) for e in client.get(f"/jobs/{job_id}/history").json()["events"]]
+
+
+@pytest.mark.parametrize("done", [{}, {"cpu_seconds": 1.0}], ids=["Done-alone", "Done-with-its-cpu"])
+def test_a_change_of_status_sets_the_minor_status_it_states_or_none(client, done):
+    """Assigned on the match only; a report without a minor status leaves none, a heartbeat
+    with one sets it and one without keeps it. (On PostgreSQL a Done without its CPU is taken
+    in a transaction, the others in one statement: both ways are covered.)"""
+    job_id = submit_one(client)
+    assert (match(client, job_id)["status"], get_job(client, job_id)["minor_status"]) == ("Matched", "Assigned")
+    running = report_ok(client, job_id, "Running")
+    assert running["minor_status"] is None and get_job(client, job_id)["minor_status"] is None
+    assert report_ok(client, job_id, "Running", minor_status="Application")["minor_status"] == "Application"
+    assert report_ok(client, job_id, "Running")["minor_status"] == "Application"  # the heartbeat keeps it
+    finished = report_ok(client, job_id, "Done", **done)
+    assert finished["minor_status"] is None and get_job(client, job_id)["minor_status"] is None
+    assert minor_statuses(client, job_id) == [("Waiting", None), ("Matched", "Assigned"), ("Running", None),
+                                              ("Done", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("done", [{}, {"cpu_seconds": 1.0}], ids=["Done-alone", "Done-with-its-cpu"])
+def test_the_minor_status_a_report_states_is_the_job_s(client, done):
+    job_id = job_in(client, "Matched")
+    assert report_ok(client, job_id, "Running", minor_status="Job Initialization")["minor_status"] == (
+        "Job Initialization"
+    )
+    finished = report_ok(client, job_id, "Done", minor_status="Execution Complete", **done)
+    assert finished["minor_status"] == "Execution Complete"
+    assert minor_statuses(client, job_id)[2:] == [("Running", "Job Initialization"), ("Done", "Execution Complete")]
+
+
+def test_a_kill_says_so_in_the_minor_status(client):
+    job_id = job_in(client, "Running")
+    report_ok(client, job_id, "Running", minor_status="Application")
+    r = kill(client, job_id)
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["minor_status"]) == ("Killed", "Marked for termination")
+    assert minor_statuses(client, job_id)[-1] == ("Killed", "Marked for termination")
+
+
+def test_hold_release_and_bulk_kill_set_their_minor_statuses(client):
+    held, matched = submit_one(client), submit_one(client)
+    match(client, matched)
+    for action, ids, minor in (("hold", [held], "Put on hold"), ("release", [held], "Released from hold"),
+                               ("kill", [held, matched], "Marked for termination")):  # fmt: skip
+        r = client.post(f"/jobs/{action}", json={"filter": {"job_ids": ids}})
+        assert r.status_code == 200 and r.json()["changed"] == len(ids), r.text
+        assert [get_job(client, i)["minor_status"] for i in ids] == [minor] * len(ids)
+    assert minor_statuses(client, held)[1:] == [("Held", "Put on hold"), ("Waiting", "Released from hold"),
+                                                ("Killed", "Marked for termination")]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "path",
     [["Running", "Failed"], ["Running", "Stalled", "Failed"]],

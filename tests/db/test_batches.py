@@ -190,7 +190,8 @@ def _claim_params(tq_id: int) -> dict[str, Any]:
     return {
         "tq_id": tq_id, "level": 1.0, "job_id": None, "candidates": 10, "site": "LCG.CERN.cern",
         "pilot_reference": None, "grid_ce": None, "benchmark": None, "requester": "pilot", "request_id": None, "request_resource": None, "now": now,
-        "status": "Matched", "lease_until": now + timedelta(seconds=600), "finished_at": None, "guarded": False,
+        "status": "Matched", "minor_status": "Assigned", "lease_until": now + timedelta(seconds=600),
+        "finished_at": None, "guarded": False,
     }  # fmt: skip
 
 

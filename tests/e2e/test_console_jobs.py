@@ -154,7 +154,7 @@ def test_the_job_page_shows_its_fields_and_a_hold_and_release_in_its_history(con
     assert re.search(
         r'<span class="badge state-job-held" title="[^"]+" data-state="Held" data-status>Held</span>', page
     )
-    assert re.search(r'<td><span class="badge state-job-held"[^>]*>Held</span></td><td>—</td><td>hold</td><td>olga</td>',
+    assert re.search(r'<td><span class="badge state-job-held"[^>]*>Held</span></td><td>Put on hold</td><td>hold</td><td>olga</td>',
                      page.replace("\n", ""))  # fmt: skip
     assert "/ui/actions/jobs/release" in page and "/ui/actions/jobs/hold" not in page
 
@@ -165,6 +165,27 @@ def test_the_job_page_shows_its_fields_and_a_hold_and_release_in_its_history(con
         r"<tr><td>[^<]+</td><td><span [^>]*>(\w+)</span></td><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td></tr>", page
     )
     assert rows == [("Waiting", "submit", "someone"), ("Held", "hold", "olga"), ("Waiting", "release", "olga")]
+
+
+def test_the_job_page_shows_the_minor_status_the_job_has_now(console_as, as_role):
+    """`Assigned` while Matched; a report's own minor status, or none, after it."""
+    api, pilot = as_role("admin"), as_role("pilot", "p1")
+    [job_id] = submit(api, 1)
+    assert pilot.post("/match", json={"Site": "LCG.CERN.cern", "CPUTime": 86400, "JobID": job_id}).status_code == 200
+    console = console_as("operator")
+    status = re.compile(r"<dt>Status</dt><dd>(.*?)</dd>", re.S)
+
+    def shown() -> str:
+        page = console.get(f"/ui/jobs/{job_id}")
+        assert page.status_code == 200, page.text
+        return re.sub(r"<[^>]+>", "", status.search(page.text).group(1)).strip()
+
+    assert shown() == "Matched Assigned"
+    for report, expected in (({"status": "Running"}, "Running"),
+                             ({"status": "Running", "minor_status": "Application"}, "Running Application"),
+                             ({"status": "Done", "cpu_seconds": 1.0}, "Done")):  # fmt: skip
+        assert pilot.post(f"/jobs/{job_id}/status", json=report).status_code == 200
+        assert shown() == expected
 
 
 def test_a_killed_job_offers_no_action(console_as, as_role):

@@ -143,7 +143,8 @@ def test_sql_metacharacters_are_stored_returned_and_matched_verbatim(client, dat
     assert [j["job_id"] for j in listed] == [job_id]
 
     pilot = {
-        "Site": value, "CPUTime": 10**6, "GridCE": value, "Platform": value, "JobType": value,
+        # lists as JSON lists: one string is DIRAC's written list, whose names lose the quotes around them
+        "Site": value, "CPUTime": 10**6, "GridCE": [value], "Platform": [value], "JobType": [value],
         "Tag": [value], "OwnerGroup": [value], "Owner": value, "VirtualOrganization": value,
         "PilotReference": value, "request_id": value,
     }  # fmt: skip

@@ -51,6 +51,13 @@ def test_fields_are_kept_as_written_in_line_order():
     assert [r.parent_node for r in rows] == [None, Node("root"), Node("root"), Node("vo")]
 
 
+def test_names_drop_the_spaces_around_them_as_everywhere_else():
+    rows = parse_sacctmgr("root|1|||\n vo |10| root ||\nvo|10|  |  alice |\n")
+
+    assert rows == [Association("root", "1", "", ""), Association("vo", "10", "root", ""),
+                    Association("vo", "10", "", "alice")]  # fmt: skip
+
+
 def test_the_fixture_is_a_realistic_dump(lhcb_text, lhcb):
     assert len(lhcb_text.splitlines()) >= 50
     depths = {len(lhcb.ancestors(*node)) for node in lhcb.nodes if not node.is_user}
