@@ -120,8 +120,13 @@ async def _audit(conn: AsyncConnection, request: Request, result: dict[str, Any]
     chosen = selection.filters.model_dump(mode="json", exclude_defaults=True)
     if selection.job_ids is not None:
         chosen["job_ids"] = list(selection.job_ids)
+    # what the jobs became: the new priority values, or the status the action gives
+    if request.change is not None:
+        became = request.change.model_dump(mode="json", exclude_none=True)
+    else:
+        became = {"status": TARGET[request.action].value}
     # the log keeps a glimpse of the jobs changed; the answer has the rest
-    detail = {"filter": chosen, **result, "job_ids": result["job_ids"][:20]}
+    detail = {"filter": chosen, "new": became, **result, "job_ids": result["job_ids"][:20]}
     await audit.record(conn, request.by, f"bulk.{request.action.value}", None, detail)
 
 
