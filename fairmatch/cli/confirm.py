@@ -10,6 +10,7 @@ exits with EXIT_DECLINED, as apt and dnf do on abort, so that `… && next` stop
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from fairmatch.cli.common import EXIT_FAILED, EXIT_USAGE, fail, note
 
 EXIT_DECLINED = EXIT_FAILED  # answered no: nothing changed
 EXIT_UNCONFIRMED = EXIT_USAGE  # no terminal to answer on and no --yes
+YES = frozenset({"y", "yes"})  # any other answer, an empty one too, is a no
 
 Yes = Annotated[
     bool,
@@ -34,13 +36,16 @@ def confirm(question: str, *, yes: bool) -> None:
     if yes:
         return
     if not render.stdin_is_tty():
-        fail(f"{question}: not done, as stdin is not a terminal to ask on; pass --yes (-y) to go ahead",
+        fail(f"{question}? Not asked, as stdin is not a terminal: nothing changed; pass --yes (-y) to go ahead",
              EXIT_UNCONFIRMED)  # fmt: skip
+    # asked and answered on stderr and stdin: stdout keeps only the command's output
+    typer.echo(f"{question}? [y/N] ", err=True, nl=False)
     try:
-        agreed = typer.confirm(f"{question}?", default=False, err=True)
-    except typer.Abort:  # end of input or Ctrl-C at the question
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+    if not answer.endswith("\n"):  # end of input or Ctrl-C: the next line starts afresh
         typer.echo(err=True)
-        agreed = False
-    if not agreed:
+    if answer.strip().casefold() not in YES:
         note("nothing changed")
         raise typer.Exit(EXIT_DECLINED)
