@@ -200,14 +200,15 @@ def history_table(document: dict) -> Table:
 
 
 def _bulk(url: str | None, token: str | None, action: str, job_ids: list[int] | None, chosen: dict[str, Any],
-          *, dry_run: bool, yes: bool, **more: Any) -> None:  # fmt: skip
+          *, dry_run: bool, yes: bool, reason: str | None, **more: Any) -> None:  # fmt: skip
     picked = {**chosen, **({"job_ids": job_ids} if job_ids else {})}
-    selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **more)
+    given = {"reason": reason} if reason is not None else {}
+    selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **given, **more)
 
 
 def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dict, str]] | None = None) -> None:
     """`fairmatch jobs ACTION [ID]... [filters]`: the bulk action on the jobs selected; with `one`,
-    a single id and no filter take the one-job call instead (its whole job is shown)."""
+    a single id and no filter (nor reason) take the one-job call instead (its whole job is shown)."""
 
     def command(
         job_ids: selection.JobIds = None,
@@ -219,16 +220,17 @@ def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dic
         task_queue: selection.TaskQueue = None,
         since: selection.Since = None,
         until: selection.Until = None,
+        reason: selection.Reason = None,
         dry_run: selection.DryRun = False,
         yes: confirm.Yes = False,
         url: UrlOption = None,
         token: TokenOption = None,
     ) -> None:
         chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-        if one is not None and job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+        if one is not None and job_ids and len(job_ids) == 1 and not chosen and not dry_run and reason is None:
             show_job(*one(connect(url, token), job_ids[0]))
             return
-        _bulk(url, token, action, job_ids, chosen, dry_run=dry_run, yes=yes)
+        _bulk(url, token, action, job_ids, chosen, dry_run=dry_run, yes=yes, reason=reason)
 
     command.__doc__ = doc
     app.command(action)(command)
@@ -282,6 +284,7 @@ def priority(
     task_queue: selection.TaskQueue = None,
     since: selection.Since = None,
     until: selection.Until = None,
+    reason: selection.Reason = None,
     dry_run: selection.DryRun = False,
     yes: confirm.Yes = False,
     url: UrlOption = None,
@@ -297,10 +300,10 @@ def priority(
     change = {"user_priority": user_priority, "priority_class": priority_class}
     body = {k: v for k, v in change.items() if v is not None}
     chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+    if job_ids and len(job_ids) == 1 and not chosen and not dry_run and reason is None:
         show_job(call_api(connect(url, token), "PATCH", f"/jobs/{job_ids[0]}", body), f"Job {job_ids[0]}")
         return
-    _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, change=body)
+    _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, reason=reason, change=body)
 
 
 @app.command("status")

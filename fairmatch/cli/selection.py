@@ -25,6 +25,10 @@ TaskQueue = Annotated[int | None, typer.Option(min=1, help="Only jobs last queue
 Since = Annotated[str | None, typer.Option(help="Only jobs submitted at or after this ISO 8601 time.")]
 Until = Annotated[str | None, typer.Option(help="Only jobs submitted before this ISO 8601 time.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Only count and list the jobs it would change.")]
+Reason = Annotated[
+    str | None,
+    typer.Option(help="Why, in one line: the jobs' minor status and their history's, and the audit log's."),
+]
 JobIds = Annotated[
     list[int] | None,
     typer.Argument(min=1, max=2**63 - 1, metavar="ID", help="These jobs (with filters: those of them that pass).",

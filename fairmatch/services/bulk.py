@@ -84,6 +84,7 @@ class Request:
     by: str  # the caller's identity
     scope: JobScope  # users act on their own jobs
     dry_run: bool = False
+    reason: str | None = None  # why: the jobs' minor status, and in the audit log
     change: PriorityChange | None = None  # the priority action's new values
     check_class: Callable[[int], None] | None = None  # raises when the caller may not set that class
 
@@ -127,19 +128,24 @@ async def _audit(conn: AsyncConnection, request: Request, result: dict[str, Any]
         became = {"status": TARGET[request.action].value}
     # the log keeps a glimpse of the jobs changed; the answer has the rest
     detail = {"filter": chosen, "new": became, **result, "job_ids": result["job_ids"][:20]}
+    if request.reason is not None:
+        detail["reason"] = request.reason
     await audit.record(conn, request.by, f"bulk.{request.action.value}", None, detail)
 
 
 async def _apply(conn: AsyncConnection, request: Request, job_ids: list[int], settings: Settings) -> list[int]:
     if request.action in (BulkAction.kill, BulkAction.hold):
-        return await _take_out(conn, job_ids, TARGET[request.action], request.action.value, request.by)
+        return await _take_out(conn, job_ids, TARGET[request.action], request.action.value, request.by, request.reason)
     if request.action is BulkAction.release:
-        return await _release(conn, job_ids, request.by, settings)
+        return await _release(conn, job_ids, request.by, settings, request.reason)
     return await _one_by_one(conn, request, job_ids, settings)
 
 
-async def _take_out(conn: AsyncConnection, job_ids: list[int], status: JobStatus, source: str, by: str) -> list[int]:
-    """Kill or hold one batch: out of their task queues, then the status, in one transaction."""
+async def _take_out(
+    conn: AsyncConnection, job_ids: list[int], status: JobStatus, source: str, by: str, reason: str | None
+) -> list[int]:
+    """Kill or hold one batch: out of their task queues, then the status (and the reason as
+    the minor status), in one transaction."""
     now = utcnow()
     async with conn.begin():
         db = BulkDB.of(conn)
@@ -150,14 +156,18 @@ async def _take_out(conn: AsyncConnection, job_ids: list[int], status: JobStatus
         values: dict[str, Any] = {"status": status.value, "lease_expires_at": None}
         if status in FINAL:
             values["finished_at"] = now
+        if reason is not None:
+            values["minor_status"] = reason
         await db.set_values(moving, **values)
-        await JobDB.of(conn).record_events(moving, status, now, source, by=by)
+        await JobDB.of(conn).record_events(moving, status, now, source, reason, by=by)
     for tq_id in sorted({unqueued[job_id] for job_id in moving if job_id in unqueued}):
         await taskqueues.delete_if_empty(conn, tq_id)
     return moving
 
 
-async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings: Settings) -> list[int]:
+async def _release(
+    conn: AsyncConnection, job_ids: list[int], by: str, settings: Settings, reason: str | None
+) -> list[int]:
     """Held -> Waiting for one batch: each job queued again (its task queue made again if it
     went meanwhile) with its id, so with the place its id gives it, and its priority now."""
     now = utcnow()
@@ -173,9 +183,9 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
              "real_priority": real_priority(held[job_id].user_priority)}
             for job_id, reqs in sorted(wanted.items())
         ]  # fmt: skip
-        await db.set_values(held, status=JobStatus.Waiting.value)
+        await db.set_values(held, status=JobStatus.Waiting.value, minor_status=reason)
         await db.queue(rows)
-        await JobDB.of(conn).record_events(sorted(held), JobStatus.Waiting, now, "release", by=by)
+        await JobDB.of(conn).record_events(sorted(held), JobStatus.Waiting, now, "release", reason, by=by)
     await record_arrivals(conn, arrivals_of((row["tq_id"], row["real_priority"]) for row in rows), new_jobs=False)
     await refresh_priorities(conn, settings, {reqs.owner_group for reqs in wanted.values() if reqs.hash in created})
     return sorted(held)
@@ -197,7 +207,7 @@ async def _one_by_one(conn: AsyncConnection, request: Request, job_ids: list[int
 async def _one(conn: AsyncConnection, request: Request, job_id: int, settings: Settings, now: datetime) -> None:
     if request.action is BulkAction.reschedule:
         await job_service.reschedule(
-            conn, job_id, now, settings, source="reschedule", minor_status="rescheduled in bulk",
+            conn, job_id, now, settings, source="reschedule", minor_status=request.reason or "rescheduled in bulk",
             scope=request.scope, by=request.by,
         )  # fmt: skip
         return

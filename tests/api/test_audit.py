@@ -53,8 +53,8 @@ def test_each_entry_records_the_new_values_beside_what_was_selected(as_role):
                                                                             "sites": ["S2"]}]  # fmt: skip
     ids = [j["job_id"] for j in admin.post("/jobs", json={"jobs": jobs}).json()["jobs"]]
     changes = [
-        ("/jobs/hold", {"filter": {"owner": "alice"}}),
-        ("/jobs/release", {"filter": {"job_ids": ids[:2]}}),
+        ("/jobs/hold", {"filter": {"owner": "alice"}, "reason": "storage downtime"}),
+        ("/jobs/release", {"filter": {"job_ids": ids[:2]}, "reason": "storage back"}),
         ("/jobs/priority", {"filter": {"owner": "alice", "status": ["Waiting"]}, "change": {"user_priority": 7}}),
         ("/jobs/kill", {"filter": {"job_ids": [ids[2]]}}),
         ("/jobs/reschedule", {"filter": {"owner": "alice"}}),
@@ -70,8 +70,11 @@ def test_each_entry_records_the_new_values_beside_what_was_selected(as_role):
     entries = admin.get("/audit").json()["entries"]
     detail = {e["action"]: e["detail"] for e in entries}
     assert detail["bulk.hold"]["filter"] == {"owner": "alice"} and detail["bulk.hold"]["new"] == {"status": "Held"}
-    assert detail["bulk.hold"]["changed"] == 3
-    assert detail["bulk.release"]["filter"] == {"job_ids": ids[:2]}
+    assert detail["bulk.hold"]["changed"] == 3 and detail["bulk.hold"]["reason"] == "storage downtime"
+    assert (
+        detail["bulk.release"]["filter"] == {"job_ids": ids[:2]} and detail["bulk.release"]["reason"] == "storage back"
+    )
+    assert "reason" not in detail["bulk.kill"]  # none given
     assert detail["bulk.release"]["new"] == {"status": "Waiting"}
     assert detail["bulk.priority"]["filter"] == {"owner": "alice", "status": ["Waiting"]}
     assert detail["bulk.priority"]["new"] == {"user_priority": 7} and detail["bulk.priority"]["changed"] == 2

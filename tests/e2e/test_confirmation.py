@@ -89,10 +89,15 @@ def test_a_bulk_hold_from_a_pipe_refuses_without_yes_and_holds_with_it(cli_env, 
     refused_without_yes(refused, "hold 3 jobs of owner alice?")
     assert statuses(server, ids) == ["Waiting"] * 4
 
-    held = piped(cli_env, tmp_path, "jobs", "hold", "--owner", "alice", "--yes", *url)
+    held = piped(cli_env, tmp_path, "jobs", "hold", "--owner", "alice", "--reason", "disk full", "--yes", *url)
     assert held.returncode == 0, held.stderr
     assert "?" not in held.stderr
     assert statuses(server, ids) == ["Held", "Held", "Held", "Waiting"]
+    with server.client() as client:
+        assert client.get(f"/jobs/{ids[0]}").json()["minor_status"] == "disk full"
+        [entry] = client.get("/audit", params={"action": "bulk.hold"}).json()["entries"]
+    assert (entry["detail"]["filter"], entry["detail"]["new"], entry["detail"]["reason"]) == (
+        {"owner": "alice"}, {"status": "Held"}, "disk full")  # fmt: skip
     released = piped(cli_env, tmp_path, "jobs", "release", "--owner", "alice", "--status", "Held", "-y", *url)
     assert released.returncode == 0, released.stderr
     assert statuses(server, ids) == ["Waiting"] * 4
