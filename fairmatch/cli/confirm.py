@@ -3,8 +3,8 @@ every command that asks.
 
 On a terminal the command says what it would change and waits for a yes; `--yes` (`-y`)
 answers beforehand. When stdin is not a terminal nobody is there to answer: the command
-refuses without `--yes`, as package managers do, rather than act on a question unseen
-(`echo n | …` is not a terminal either). A "no" (or end of input) changes nothing and
+refuses without `--yes` rather than act on a question nobody saw (`echo n | …` is not a
+terminal either, and neither is cron). A "no" (or end of input) changes nothing and
 exits with EXIT_DECLINED, as apt and dnf do on abort, so that `… && next` stops there.
 """
 
