@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fairmatch.api.deps import Connection, CurrentSettings, Submitters
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
+from fairmatch.fields import Name
 from fairmatch.jobs import priority_classes
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.filters import JobSelection
@@ -29,6 +30,11 @@ class BulkRequest(BaseModel):
 
     filter: JobSelection = Field(description="Which jobs: the listing's filters, and/or `job_ids`.")
     dry_run: bool = Field(False, description="Only count and list the jobs the action would change.")
+    reason: Name | None = Field(
+        None,
+        description="Why (one line): the minor status of the jobs changed and of their history's event "
+        "(a priority change: in the audit log only), and in the audit log.",
+    )
 
 
 class BulkPriorityRequest(BulkRequest):
@@ -46,7 +52,7 @@ async def _act(
 ) -> dict:
     request = bulk.Request(
         action=action, selection=bulk.Selection(body.filter, body.filter.job_ids), by=caller.sub,
-        scope=policy.job_scope(caller), dry_run=body.dry_run, **more,
+        scope=policy.job_scope(caller), dry_run=body.dry_run, reason=body.reason, **more,
     )  # fmt: skip
     return await bulk.act(conn, request, settings)
 

@@ -178,7 +178,10 @@ async def change_priority(
     job = await reprioritise.change_priority(
         conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller), by=caller.sub
     )
-    await audit.record(conn, caller.sub, "job.priority", str(job_id), {"asked": body.model_dump(mode="json")})
+    now = {"user_priority": job["user_priority"], "priority_class": job["priority_class"]}
+    await audit.record(
+        conn, caller.sub, "job.priority", str(job_id), {"asked": body.model_dump(mode="json"), "new": now}
+    )
     return job
 
 

@@ -23,8 +23,8 @@ from fairmatch.auth.tokens import Principal
 from fairmatch.errors import NotFound
 from fairmatch.matching.pinning import pin_resource
 from fairmatch.matching.resource import ClaimingResource, DryRunResource
+from fairmatch.services import audit, taskqueues
 from fairmatch.services import matching as service
-from fairmatch.services import taskqueues
 
 router = APIRouter(tags=["matching"])
 
@@ -96,6 +96,7 @@ async def delete_task_queue(tq_id: TaskQueueId, caller: Operators, conn: Connect
     """As DIRAC's `deleteTaskQueueIfEmpty`. Empty queues are otherwise deleted by the
     background sweep once unchanged for a while; a queue holding jobs stays (409)."""
     await taskqueues.delete_task_queue(conn, tq_id)
+    await audit.record(conn, caller.sub, "task_queue.delete", str(tq_id))
     return Response(status_code=204)
 
 

@@ -49,6 +49,26 @@ class MaskedSite(BaseModel):
     banned_by: str = Field(description="The token subject of the last ban (its reason's author).")
 
 
+class Sighting(BaseModel):
+    reported: bool = Field(
+        description="Whether a pilot on record (those seen within `retention.pilots_days`) reported this site; "
+        "a site no pilot reported is most often a misspelt one."
+    )
+    similar: list[str] = Field(
+        description="When no pilot reported the site: the reported sites whose names are most like it, best first."
+    )
+    warning: str | None = Field(description="When no pilot reported the site: the warning a client shows.")
+
+
+class BannedSite(MaskedSite, Sighting):
+    pass
+
+
+class SiteCheck(Sighting):
+    site: str
+    banned: bool = Field(description="Whether the site is in the mask.")
+
+
 class SiteMask(BaseModel):
     sites: list[MaskedSite] = Field(description="Every banned site, by name.")
 
@@ -59,16 +79,25 @@ async def list_site_mask(caller: AnyRole, conn: Connection) -> dict:
     return {"sites": await mask_service.list_mask(conn)}
 
 
+@router.get("/check" + SITE_PATH, response_model=SiteCheck, summary="Whether a pilot reported a site, before a ban")
+async def check_site(site: SiteName, caller: Operators, conn: Connection) -> dict:
+    """What a client shows before banning: a site no pilot reported is banned all the same,
+    but the command line and the console ask first, offering the similar sites."""
+    return await mask_service.sighting(conn, site)
+
+
 @router.put(
     SITE_PATH,
-    response_model=MaskedSite,
-    responses={201: {"model": MaskedSite, "description": "The site was banned."}},
+    response_model=BannedSite,
+    responses={201: {"model": BannedSite, "description": "The site was banned."}},
     summary="Ban a site, or change a banned site's reason",
 )
 async def ban_site(site: SiteName, body: Ban, caller: Operators, conn: Connection, response: Response) -> dict:
     """201 when the site is newly banned, 200 when it was banned already (its reason and
     banned_by are replaced, banned_at is kept). From then on a pilot at the site is matched
-    only jobs of the job types `matching.masked_site_job_types` names."""
+    only jobs of the job types `matching.masked_site_job_types` names. A site no pilot
+    reported is banned too; `reported` and `similar` say so (`GET /site-mask/check/{site}`
+    tells it before)."""
     entry, created = await mask_service.ban(conn, site, body.reason, caller.sub)
     if created:
         response.status_code = 201

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fairmatch.cli import render, selection
+from fairmatch.cli import confirm, render, selection
 from fairmatch.cli.client import Service, TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.common import EXIT_USAGE, enum_parser, fail, note
 from fairmatch.cli.files import load_jobs
@@ -200,14 +200,15 @@ def history_table(document: dict) -> Table:
 
 
 def _bulk(url: str | None, token: str | None, action: str, job_ids: list[int] | None, chosen: dict[str, Any],
-          *, dry_run: bool, yes: bool, **more: Any) -> None:  # fmt: skip
+          *, dry_run: bool, yes: bool, reason: str | None, **more: Any) -> None:  # fmt: skip
     picked = {**chosen, **({"job_ids": job_ids} if job_ids else {})}
-    selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **more)
+    given = {"reason": reason} if reason is not None else {}
+    selection.act(connect(url, token), action, picked, dry_run=dry_run, yes=yes, **given, **more)
 
 
 def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dict, str]] | None = None) -> None:
     """`fairmatch jobs ACTION [ID]... [filters]`: the bulk action on the jobs selected; with `one`,
-    a single id and no filter take the one-job call instead (its whole job is shown)."""
+    a single id and no filter (nor reason) take the one-job call instead (its whole job is shown)."""
 
     def command(
         job_ids: selection.JobIds = None,
@@ -219,16 +220,17 @@ def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dic
         task_queue: selection.TaskQueue = None,
         since: selection.Since = None,
         until: selection.Until = None,
+        reason: selection.Reason = None,
         dry_run: selection.DryRun = False,
-        yes: selection.Yes = False,
+        yes: confirm.Yes = False,
         url: UrlOption = None,
         token: TokenOption = None,
     ) -> None:
         chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-        if one is not None and job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+        if one is not None and job_ids and len(job_ids) == 1 and not chosen and not dry_run and reason is None:
             show_job(*one(connect(url, token), job_ids[0]))
             return
-        _bulk(url, token, action, job_ids, chosen, dry_run=dry_run, yes=yes)
+        _bulk(url, token, action, job_ids, chosen, dry_run=dry_run, yes=yes, reason=reason)
 
     command.__doc__ = doc
     app.command(action)(command)
@@ -237,15 +239,26 @@ def _bulk_command(action: str, doc: str, one: Callable[[Service, int], tuple[dic
 _bulk_command(
     "kill",
     """Kill jobs that have not finished: one by its id, or every job the ids and filters select
-    (`scancel -u`), asking first on a terminal.""",
+    (`scancel -u`); several jobs only once confirmed (--yes when stdin is not a terminal).""",
     lambda api, job_id: (call_api(api, "DELETE", f"/jobs/{job_id}"), f"Job {job_id} killed"),
 )
-_bulk_command("hold", "Hold waiting jobs (`condor_hold`): never matched until released, their ids and priorities kept.")
-_bulk_command("release", "Release held jobs: Waiting again, at the place their ids give them.")
+_bulk_command(
+    "hold",
+    """Hold waiting jobs (`condor_hold`): never matched until released, their ids and priorities kept.
+
+    Several jobs only once confirmed (--yes when stdin is not a terminal).""",
+)
+_bulk_command(
+    "release",
+    """Release held jobs: Waiting again, at the place their ids give them.
+
+    Several jobs only once confirmed (--yes when stdin is not a terminal).""",
+)
 _bulk_command(
     "reschedule",
     """Put Matched or Stalled jobs back in their task queues (DIRAC's dirac-wms-job-reschedule):
-    one by its id, or every job the ids and filters select (asking first on a terminal).
+    one by its id, or every job the ids and filters select (once confirmed: --yes when
+    stdin is not a terminal).
 
     Its owner's, an operator's or an admin's own reschedule: it does not count in the job's
     reschedules, which bound the returns nobody asked for.
@@ -271,13 +284,14 @@ def priority(
     task_queue: selection.TaskQueue = None,
     since: selection.Since = None,
     until: selection.Until = None,
+    reason: selection.Reason = None,
     dry_run: selection.DryRun = False,
-    yes: selection.Yes = False,
+    yes: confirm.Yes = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Change the user priority and/or priority class of one job, or of every job the ids and
-    filters select (asking first on a terminal).
+    filters select (once confirmed: --yes when stdin is not a terminal).
 
     A waiting job moves to the task queue of its new class at once.
     """
@@ -286,10 +300,10 @@ def priority(
     change = {"user_priority": user_priority, "priority_class": priority_class}
     body = {k: v for k, v in change.items() if v is not None}
     chosen = selection.filters(status, owner, group, account, site, task_queue, since, until)
-    if job_ids and len(job_ids) == 1 and not chosen and not dry_run:
+    if job_ids and len(job_ids) == 1 and not chosen and not dry_run and reason is None:
         show_job(call_api(connect(url, token), "PATCH", f"/jobs/{job_ids[0]}", body), f"Job {job_ids[0]}")
         return
-    _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, change=body)
+    _bulk(url, token, "priority", job_ids, chosen, dry_run=dry_run, yes=yes, reason=reason, change=body)
 
 
 @app.command("status")
@@ -366,18 +380,30 @@ def purge(
         ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the jobs that would be purged.")] = False,
+    yes: confirm.Yes = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Delete finished jobs now, with their specs, events and request ids (admin).
 
     In batches of retention.batch_size, archived first when retention.archive_dir is set,
-    as the background purge does. Fair-share usage is kept.
+    as the background purge does. Fair-share usage is kept. A dry run counts the jobs
+    first and the purge waits for a yes (--yes when stdin is not a terminal).
     """
+    api = connect(url, token)
     body: dict[str, Any] = {"older_than_seconds": older_than, "dry_run": dry_run}
     if status:
         body["statuses"] = sorted({s.value for s in status})
-    show(call_api(connect(url, token), "POST", "/jobs/purge", body), purged_table)
+    if not dry_run and not yes:
+        would = call_api(api, "POST", "/jobs/purge", {**body, "dry_run": True})
+        total = sum(would["jobs"].values())
+        if total == 0:  # nothing to ask about
+            show(would, purged_table)
+            return
+        counts = ", ".join(f"{name} {count:,}" for name, count in sorted(would["jobs"].items()) if count)
+        finished = timestamp(would["finished_before"])
+        confirm.confirm(f"delete {total:,} jobs ({counts}) that finished before {finished} UTC", yes=False)
+    show(call_api(api, "POST", "/jobs/purge", body), purged_table)
 
 
 def purged_table(document: dict) -> Table:

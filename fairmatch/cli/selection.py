@@ -1,5 +1,5 @@
-"""The job filters the listing and the bulk commands share, and a bulk action asked for
-and confirmed on a terminal."""
+"""The job filters the listing and the bulk commands share, and a bulk action counted by a
+dry run and confirmed (fairmatch.cli.confirm) before it is made."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from fairmatch.cli import render
 from fairmatch.cli.client import Service, call_api
 from fairmatch.cli.common import EXIT_USAGE, enum_parser, fail
+from fairmatch.cli.confirm import confirm
 from fairmatch.cli.render import new_table, show
 from fairmatch.jobs.lifecycle import JobStatus
 
@@ -25,7 +25,10 @@ TaskQueue = Annotated[int | None, typer.Option(min=1, help="Only jobs last queue
 Since = Annotated[str | None, typer.Option(help="Only jobs submitted at or after this ISO 8601 time.")]
 Until = Annotated[str | None, typer.Option(help="Only jobs submitted before this ISO 8601 time.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Only count and list the jobs it would change.")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")]
+Reason = Annotated[
+    str | None,
+    typer.Option(help="Why, in one line: the jobs' minor status and their history's, and the audit log's."),
+]
 JobIds = Annotated[
     list[int] | None,
     typer.Argument(min=1, max=2**63 - 1, metavar="ID", help="These jobs (with filters: those of them that pass).",
@@ -44,20 +47,56 @@ def filters(
 
 
 def act(api: Service, action: str, selection: dict[str, Any], *, dry_run: bool, yes: bool, **more: Any) -> None:
-    """POST /jobs/<action> on the selection. On a terminal, unless --yes or --dry-run, a dry
-    run first says how many jobs it would change, and the action waits for a yes."""
+    """POST /jobs/<action> on the selection. Unless it is --dry-run, a single job by its id
+    or --yes, a dry run first says how many jobs it would change, and the action waits for a
+    yes (fairmatch.cli.confirm: refused without --yes when stdin is not a terminal)."""
     if not selection:
         fail("name the jobs: give job ids or at least one filter", EXIT_USAGE)
     body = {"filter": selection, **more}
-    if not dry_run and not yes and render.stdin_is_tty():
+    if not dry_run and not yes and not one_job(selection):
         would = call_api(api, "POST", f"/jobs/{action}", {**body, "dry_run": True})
-        if would["changed"] == 0:
+        if would["changed"] == 0:  # nothing to ask about
             show(would, _result_table(action, dry_run=True))
             return
-        if not typer.confirm(f"{action} {would['changed']:,} of the {would['matched']:,} jobs selected?", err=True):
-            raise typer.Abort()
+        confirm(question(action, would, selection, more.get("change")), yes=False)
     result = call_api(api, "POST", f"/jobs/{action}", {**body, "dry_run": dry_run})
     show(result, _result_table(action, dry_run=dry_run))
+
+
+def one_job(selection: dict[str, Any]) -> bool:
+    """A single job named by its id and no filter: as the one-job commands, it is not asked about."""
+    return selection.keys() == {"job_ids"} and len(selection["job_ids"]) == 1
+
+
+def question(action: str, would: dict[str, Any], selection: dict[str, Any], change: dict[str, Any] | None) -> str:
+    """ "hold 113 jobs of owner alice", "set user priority 0 on 5 of the 8 jobs in status Running" """
+    counted = f"{would['changed']:,} jobs"
+    if would["matched"] != would["changed"]:
+        counted = f"{would['changed']:,} of the {would['matched']:,} jobs"
+    if change:
+        values = " and ".join(f"{name.replace('_', ' ')} {value}" for name, value in change.items())
+        return f"set {values} on {counted} {described(selection)}"
+    return f"{action} {counted} {described(selection)}"
+
+
+SHOWN_IDS = 5
+
+
+def described(selection: dict[str, Any]) -> str:
+    """The selection in words: "of owner alice, in status Waiting or Held"."""
+    said = {
+        "job_ids": lambda ids: "with ids " + ", ".join(map(str, ids[:SHOWN_IDS]))
+        + (f" (+{len(ids) - SHOWN_IDS})" if len(ids) > SHOWN_IDS else ""),
+        "status": lambda statuses: "in status " + " or ".join(statuses),
+        "owner": "of owner {}".format,
+        "owner_group": "of group {}".format,
+        "account": "charged to account {}".format,
+        "site": "matched at site {}".format,
+        "task_queue_id": "last queued in task queue {}".format,
+        "since": "submitted since {}".format,
+        "until": "submitted before {}".format,
+    }  # fmt: skip
+    return ", ".join(said[name](value) for name, value in selection.items())
 
 
 def _result_table(action: str, *, dry_run: bool):

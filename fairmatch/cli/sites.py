@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from fairmatch.cli import confirm
 from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect, path_part, request_api
 from fairmatch.cli.common import EXIT_USAGE, fail
 from fairmatch.cli.render import new_table, show, timestamp
@@ -26,16 +27,24 @@ def list_sites(url: UrlOption = None, token: TokenOption = None) -> None:
 def ban(
     site: Site,
     reason: Annotated[str, typer.Option(show_default=False, help="Why the site is banned (required).")],
+    yes: confirm.Yes = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """Ban a site: its pilots get only jobs of the types matching.masked_site_job_types names (admin, operator).
 
-    Banning a banned site again replaces its reason. Prints the site's entry.
+    Banning a banned site again replaces its reason. A site no pilot on record reported
+    (often a misspelt name) is banned only once confirmed, the reported sites most like
+    it offered (--yes when stdin is not a terminal). Prints the site's entry.
     """
     if not reason.strip():
         fail("--reason must say why the site is banned", EXIT_USAGE)
-    entry = call_api(connect(url, token), "PUT", f"/site-mask/{path_part(site)}", {"reason": reason})
+    api = connect(url, token)
+    if not yes:
+        check = call_api(api, "GET", f"/site-mask/check/{path_part(site)}")
+        if not check["reported"]:
+            confirm.confirm(f"{check['warning']} — ban anyway", yes=False)
+    entry = call_api(api, "PUT", f"/site-mask/{path_part(site)}", {"reason": reason})
     show(entry, lambda doc: mask_table({"sites": [doc]}, "Site banned"))
 
 

@@ -136,6 +136,11 @@ class PilotDB(AreaDB):
         )  # fmt: skip
         return list((await self.conn.execute(stmt)).all())
 
+    async def sites(self) -> list[str]:
+        """Every site a pilot on record reported, by name (a scan: for rare operator checks)."""
+        stmt = select(pilots.c.site).distinct().order_by(pilots.c.site)
+        return list((await self.conn.execute(stmt)).scalars())
+
     async def get(self, reference: str, requester: str | None) -> Any | None:
         """One pilot; None when it is not on record or not the requester's (None: any requester's)."""
         stmt = select(pilots).where(pilots.c.reference == reference)

@@ -86,6 +86,7 @@ class Request:
     by: str  # the caller's identity
     scope: JobScope  # users act on their own jobs
     dry_run: bool = False
+    reason: str | None = None  # why: the jobs' minor status, and in the audit log
     change: PriorityChange | None = None  # the priority action's new values
     check_class: Callable[[int], None] | None = None  # raises when the caller may not set that class
 
@@ -122,25 +123,32 @@ async def _audit(conn: AsyncConnection, request: Request, result: dict[str, Any]
     chosen = selection.filters.model_dump(mode="json", exclude_defaults=True)
     if selection.job_ids is not None:
         chosen["job_ids"] = list(selection.job_ids)
+    # what the jobs became: the new priority values, or the status the action gives
+    if request.change is not None:
+        became = request.change.model_dump(mode="json", exclude_none=True)
+    else:
+        became = {"status": TARGET[request.action].value}
     # the log keeps a glimpse of the jobs changed; the answer has the rest
-    detail = {"filter": chosen, **result, "job_ids": result["job_ids"][:20]}
+    detail = {"filter": chosen, "new": became, **result, "job_ids": result["job_ids"][:20]}
+    if request.reason is not None:
+        detail["reason"] = request.reason
     await audit.record(conn, request.by, f"bulk.{request.action.value}", None, detail)
 
 
 async def _apply(conn: AsyncConnection, request: Request, job_ids: list[int], settings: Settings) -> list[int]:
     if request.action in (BulkAction.kill, BulkAction.hold):
-        return await _take_out(
-            conn, job_ids, TARGET[request.action], MINOR_STATUS[request.action], request.action.value, request.by
-        )
+        minor_status = request.reason or MINOR_STATUS[request.action]
+        return await _take_out(conn, job_ids, TARGET[request.action], minor_status, request.action.value, request.by)
     if request.action is BulkAction.release:
-        return await _release(conn, job_ids, request.by, settings)
+        return await _release(conn, job_ids, request.by, settings, request.reason)
     return await _one_by_one(conn, request, job_ids, settings)
 
 
 async def _take_out(
     conn: AsyncConnection, job_ids: list[int], status: JobStatus, minor_status: str, source: str, by: str
 ) -> list[int]:
-    """Kill or hold one batch: out of their task queues, then the status, in one transaction."""
+    """Kill or hold one batch: out of their task queues, then the status and minor status (the
+    action's reason, or its own wording), in one transaction."""
     now = utcnow()
     async with conn.begin():
         db = BulkDB.of(conn)
@@ -158,7 +166,9 @@ async def _take_out(
     return moving
 
 
-async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings: Settings) -> list[int]:
+async def _release(
+    conn: AsyncConnection, job_ids: list[int], by: str, settings: Settings, reason: str | None
+) -> list[int]:
     """Held -> Waiting for one batch: each job queued again (its task queue made again if it
     went meanwhile) with its id, so with the place its id gives it, and its priority now."""
     now = utcnow()
@@ -174,11 +184,10 @@ async def _release(conn: AsyncConnection, job_ids: list[int], by: str, settings:
              "real_priority": real_priority(held[job_id].user_priority)}
             for job_id, reqs in sorted(wanted.items())
         ]  # fmt: skip
-        await db.set_values(held, status=JobStatus.Waiting.value, minor_status=MINOR_STATUS[BulkAction.release])
+        minor_status = reason or MINOR_STATUS[BulkAction.release]
+        await db.set_values(held, status=JobStatus.Waiting.value, minor_status=minor_status)
         await db.queue(rows)
-        await JobDB.of(conn).record_events(
-            sorted(held), JobStatus.Waiting, now, "release", MINOR_STATUS[BulkAction.release], by=by
-        )
+        await JobDB.of(conn).record_events(sorted(held), JobStatus.Waiting, now, "release", minor_status, by=by)
     await record_arrivals(conn, arrivals_of((row["tq_id"], row["real_priority"]) for row in rows), new_jobs=False)
     await refresh_priorities(conn, settings, {reqs.owner_group for reqs in wanted.values() if reqs.hash in created})
     return sorted(held)
@@ -200,7 +209,7 @@ async def _one_by_one(conn: AsyncConnection, request: Request, job_ids: list[int
 async def _one(conn: AsyncConnection, request: Request, job_id: int, settings: Settings, now: datetime) -> None:
     if request.action is BulkAction.reschedule:
         await job_service.reschedule(
-            conn, job_id, now, settings, source="reschedule", minor_status="rescheduled in bulk",
+            conn, job_id, now, settings, source="reschedule", minor_status=request.reason or "rescheduled in bulk",
             scope=request.scope, by=request.by,
         )  # fmt: skip
         return

@@ -41,10 +41,51 @@ def test_every_operator_change_is_recorded_with_who_made_it(as_role):
     ]))  # fmt: skip
     by_action = {e["action"]: e for e in log["entries"]}
     assert by_action["group.put"]["detail"]["asked"]["job_share"] == 500 and by_action["group.put"]["detail"]["created"]
-    assert by_action["site_mask.ban"]["detail"] == {"reason": "disk full", "created": True}
+    assert by_action["site_mask.ban"]["detail"] == {"reason": "disk full", "created": True, "reported": False}
     assert by_action["job.priority"]["detail"]["asked"]["user_priority"] == 4
     times = [datetime.fromisoformat(e["at"]) for e in log["entries"]]
     assert times == sorted(times, reverse=True) and times[-1] >= started - timedelta(seconds=5)
+
+
+def test_each_entry_records_the_new_values_beside_what_was_selected(as_role):
+    admin = as_role("admin", "ops-anna")
+    jobs = [{"owner": "alice", "owner_group": "g", "sites": ["S1"]}] * 3 + [{"owner": "bob", "owner_group": "h",
+                                                                            "sites": ["S2"]}]  # fmt: skip
+    ids = [j["job_id"] for j in admin.post("/jobs", json={"jobs": jobs}).json()["jobs"]]
+    changes = [
+        ("/jobs/hold", {"filter": {"owner": "alice"}, "reason": "storage downtime"}),
+        ("/jobs/release", {"filter": {"job_ids": ids[:2]}, "reason": "storage back"}),
+        ("/jobs/priority", {"filter": {"owner": "alice", "status": ["Waiting"]}, "change": {"user_priority": 7}}),
+        ("/jobs/kill", {"filter": {"job_ids": [ids[2]]}}),
+        ("/jobs/reschedule", {"filter": {"owner": "alice"}}),
+    ]
+    for path, body in changes:
+        assert admin.post(path, json=body).status_code == 200
+    assert admin.patch(f"/jobs/{ids[0]}", json={"priority_class": 2}).status_code == 200
+    bob_queue = admin.post("/match", json={"Site": "S2", "CPUTime": 10**6}).json()["task_queue_id"]
+    assert admin.delete(f"/taskqueues/{bob_queue}").status_code == 204  # left empty by the match
+    assert admin.put("/site-mask/S7", json={"reason": "disk full"}).status_code == 201
+    assert admin.put("/groups/g", json={"job_share": 250}).status_code == 201
+
+    entries = admin.get("/audit").json()["entries"]
+    detail = {e["action"]: e["detail"] for e in entries}
+    assert detail["bulk.hold"]["filter"] == {"owner": "alice"} and detail["bulk.hold"]["new"] == {"status": "Held"}
+    assert detail["bulk.hold"]["changed"] == 3 and detail["bulk.hold"]["reason"] == "storage downtime"
+    assert (
+        detail["bulk.release"]["filter"] == {"job_ids": ids[:2]} and detail["bulk.release"]["reason"] == "storage back"
+    )
+    assert "reason" not in detail["bulk.kill"]  # none given
+    assert detail["bulk.release"]["new"] == {"status": "Waiting"}
+    assert detail["bulk.priority"]["filter"] == {"owner": "alice", "status": ["Waiting"]}
+    assert detail["bulk.priority"]["new"] == {"user_priority": 7} and detail["bulk.priority"]["changed"] == 2
+    assert detail["bulk.kill"]["new"] == {"status": "Killed"} and detail["bulk.kill"]["job_ids"] == [ids[2]]
+    assert detail["bulk.reschedule"]["new"] == {"status": "Waiting"} and detail["bulk.reschedule"]["changed"] == 0
+    assert detail["job.priority"]["asked"]["priority_class"] == 2
+    assert detail["job.priority"]["new"] == {"user_priority": 7, "priority_class": 2}
+    assert detail["site_mask.ban"] == {"reason": "disk full", "created": True, "reported": False}
+    assert detail["group.put"]["asked"]["job_share"] == 250
+    [deleted] = [e for e in entries if e["action"] == "task_queue.delete"]
+    assert (deleted["actor"], deleted["target"], deleted["detail"]) == ("ops-anna", str(bob_queue), None)
 
 
 def test_the_log_is_filtered_paged_and_for_admins_only(as_role):

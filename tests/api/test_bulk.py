@@ -110,4 +110,25 @@ def test_a_selection_must_name_jobs_and_knows_its_filters(as_role):
     assert "sites" in str(problem["errors"])
     assert_problem(admin.post("/jobs/hold", json={"filter": {"job_ids": [0]}}), 422)
     assert_problem(admin.post("/jobs/priority", json={"filter": {"owner": "a"}, "change": {}}), 422)
+    for reason in ("", " ", "line\nbreak", "x" * 256, 5):
+        problem = assert_problem(admin.post("/jobs/hold", json={"filter": {"owner": "a"}, "reason": reason}), 422)
+        assert "reason" in str(problem["errors"])
     assert_problem(as_role("pilot", "p1").post("/jobs/kill", json={"filter": {"owner": "a"}}), 403)
+
+
+def test_a_reason_is_the_jobs_minor_status_and_their_history_s(as_role):
+    admin = as_role("admin", "ops-anna")
+    first, second = submit(admin, "alice", 2)
+    held = admin.post("/jobs/hold", json={"filter": {"owner": "alice"}, "reason": "storage downtime, GGUS 4711"})
+    assert held.json()["changed"] == 2
+    assert [admin.get(f"/jobs/{i}").json()["minor_status"] for i in (first, second)] == [
+        "storage downtime, GGUS 4711"
+    ] * 2
+    event = admin.get(f"/jobs/{first}/history").json()["events"][-1]
+    assert (event["status"], event["minor_status"], event["by"]) == ("Held", "storage downtime, GGUS 4711", "ops-anna")
+    assert (
+        admin.post("/jobs/release", json={"filter": {"job_ids": [first]}, "reason": "storage back"}).status_code == 200
+    )
+    assert admin.get(f"/jobs/{first}").json()["minor_status"] == "storage back"
+    assert admin.post("/jobs/release", json={"filter": {"job_ids": [second]}}).status_code == 200
+    assert admin.get(f"/jobs/{second}").json()["minor_status"] is None  # the hold's reason went with it

@@ -222,6 +222,8 @@ def test_a_site_banned_from_the_console_gets_only_its_test_jobs_until_it_is_allo
         form.find_element(By.CSS_SELECTOR, "button[type=submit]"), "#confirmation #confirm"
     )
     assert PIC in browser.text("#confirmation")
+    # no pilot at PIC has asked for a job yet: the console says so before the ban
+    assert f"site {PIC} has never been reported by a pilot" in browser.text("#confirm-warnings")
     assert admin.get("/site-mask").json() == {"sites": []}  # asking changed nothing
     browser.click_and_wait(confirm, "#done")
     assert f"{PIC} banned" in browser.text("#done")

@@ -122,7 +122,7 @@ def test_jobs_purge_counts_then_deletes_the_final_jobs_asked_for(private_server_
     age_finished_jobs(private_database, hours=2)
 
     def purge(*args: str) -> dict:
-        return succeeded(run_fairmatch("jobs", "purge", *args, "--url", server.url, env=cli_env, cwd=tmp_path))
+        return succeeded(run_fairmatch("jobs", "purge", *args, "--yes", "--url", server.url, env=cli_env, cwd=tmp_path))
 
     assert purge("--older-than", "3h")["jobs"] == {"Done": 0, "Failed": 0, "HandedOff": 0, "Killed": 0}
     counted = purge("--older-than", "90m", "--status", "done", "--status", "Killed", "--dry-run")

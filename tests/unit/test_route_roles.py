@@ -77,6 +77,7 @@ ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/limits"): frozenset({ADMIN, OPERATOR}),
     ("PUT", "/limits"): frozenset({ADMIN}),
     ("GET", "/site-mask"): EVERY_ROLE,
+    ("GET", "/site-mask/check/{site:path}"): frozenset({ADMIN, OPERATOR}),
     ("PUT", "/site-mask/{site:path}"): frozenset({ADMIN, OPERATOR}),
     ("DELETE", "/site-mask/{site:path}"): frozenset({ADMIN, OPERATOR}),
     ("POST", "/priorities/recompute"): frozenset({ADMIN}),

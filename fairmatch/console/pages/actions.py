@@ -53,12 +53,14 @@ async def _posted(request: Request) -> dict[str, str]:
 
 
 def _confirm(
-    request: Request, caller: Principal, form: dict[str, str], *, title: str, lines: list[str], danger: bool = False
-) -> Response:
-    """The page that asks to confirm: the same form again, confirmed."""
+    request: Request, caller: Principal, form: dict[str, str], *, title: str, lines: list[str], danger: bool = False,
+    warnings: list[str] | None = None,
+) -> Response:  # fmt: skip
+    """The page that asks to confirm: the same form again, confirmed; `warnings` above it."""
     resent = {k: v for k, v in form.items() if k not in (auth.CSRF_FIELD, CONFIRMED)}
     return render.page(request, "confirm.html", caller, title=title, lines=lines, action=request.url.path,
-                       fields=resent, confirmed=CONFIRMED, danger=danger, back=local_path(form.get("back")))  # fmt: skip
+                       fields=resent, confirmed=CONFIRMED, danger=danger, back=local_path(form.get("back")),
+                       warnings=warnings or [])  # fmt: skip
 
 
 def _done(request: Request, caller: Principal, form: dict[str, str], *, title: str, lines: list[str]) -> Response:
@@ -104,7 +106,9 @@ async def ban_site(request: Request, caller: auth.Operator, conn: Connection) ->
     if form.get(CONFIRMED) != "yes":
         lines = [f"Ban {site}: its pilots get only the job types matching.masked_site_job_types names.",
                  f"Reason: {reason}"]  # fmt: skip
-        return _confirm(request, caller, form, title=f"Ban {site}?", lines=lines, danger=True)
+        seen = await site_mask.sighting(conn, site)
+        warnings = [f"{seen['warning']}: ban it anyway?"] if seen["warning"] else []
+        return _confirm(request, caller, form, title=f"Ban {site}?", lines=lines, danger=True, warnings=warnings)
     _, created = await site_mask.ban(conn, site, reason, caller.sub)
     said = "banned" if created else "was banned already; its reason is replaced"
     return _done(request, caller, form, title=f"{site} banned", lines=[f"{site} {said}."])
