@@ -131,4 +131,5 @@ def test_a_reason_is_the_jobs_minor_status_and_their_history_s(as_role):
     )
     assert admin.get(f"/jobs/{first}").json()["minor_status"] == "storage back"
     assert admin.post("/jobs/release", json={"filter": {"job_ids": [second]}}).status_code == 200
-    assert admin.get(f"/jobs/{second}").json()["minor_status"] is None  # the hold's reason went with it
+    # the hold's reason went with it: the release states its own
+    assert admin.get(f"/jobs/{second}").json()["minor_status"] == "Released from hold"
