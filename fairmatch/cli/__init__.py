@@ -12,9 +12,11 @@ commands that need them, so client commands start quickly.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
+import fairmatch
 from fairmatch.cli import (
     associations,
     audit,
@@ -41,6 +43,24 @@ cli = typer.Typer(
     rich_markup_mode=None,  # plain help: brackets in texts are literal
     pretty_exceptions_show_locals=False,  # locals may hold database passwords
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"fairmatch {fairmatch.__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """The options of `fairmatch` itself, before a command."""
+
+
 # commands, then groups, in the order `fairmatch --help` lists them
 for commands in (serve.app, jobs.submit_app, matching.app, priorities.app, status.app, audit.app, simulate.app):
     cli.add_typer(commands)
