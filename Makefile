@@ -1,6 +1,7 @@
 # The two set-up commands: `make run` (service on the embedded SQLite default)
 # and `make test` (the whole suite, on SQLite and PostgreSQL). Both create the
-# virtual environment and install the project with its dev extras first.
+# virtual environment first: `make run` installs what serving needs, `make test`
+# the dev extras too (matplotlib for `fairmatch simulate`'s plots among them).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,8 +25,15 @@ $(STAMP): $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
+# `make run PORT=8080 HOST=0.0.0.0`: where to listen, else the settings server.host and server.port
+# (127.0.0.1:8000). Read from make's command line only: a HOST or PORT in the environment is
+# often another program's (FAIRMATCH_SERVER__PORT is this one's).
+SERVE_ARGS := $(if $(filter command line,$(origin HOST)),--host '$(HOST)') \
+              $(if $(filter command line,$(origin PORT)),--port '$(PORT)')
+
 run: $(RUNTIME_STAMP)
-	$(BIN)/fairmatch serve
+	@echo "the fairmatch command, in another terminal: . $(BIN)/activate, then fairmatch --help"
+	$(BIN)/fairmatch serve $(strip $(SERVE_ARGS))
 
 # The checks first (lint, format, types, the docs site), then the suite: two workers (one per
 # core); a module's tests of one backend stay together with their servers. Last, the DIRAC

@@ -17,12 +17,12 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from fairmatch.accounting.settings import AccountingSettings
@@ -34,6 +34,7 @@ from fairmatch.matching.settings import Lottery, MatchingSettings, ResolvedMatch
 from fairmatch.priority.settings import GroupSettings, PrioritySettings
 from fairmatch.sections import Section
 from fairmatch.settings_env import UnknownVariableError, unknown_variables
+from fairmatch.settings_errors import ConfigFileError, explain, read_toml
 from fairmatch.taskqueues.settings import TaskQueueSettings
 
 DEFAULT_CONFIG_FILE = Path("config/fairmatch.toml")
@@ -66,8 +67,11 @@ class ServerSettings(Section):
     graceful_shutdown_seconds: float = Field(
         30, gt=0, description="On SIGTERM, how long in-flight requests may take to finish."
     )
-    log_format: Literal["json", "text"] = Field(
-        "json", description="`json`: one JSON object per line (with request ids); `text`: plain lines."
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="`text`: a plain line per message for a person (time, level, logger, message, then "
+        "its fields as `name=value`); `json`: one JSON object per line for a log collector; `auto`: "
+        "`text` when the log goes to a terminal, else `json`.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="`debug` also logs every match decision."
@@ -278,7 +282,8 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = config_file_path()
         if config_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+            # read here, so that a file that is not TOML is named with its line and column
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=read_toml(config_file)))
         return tuple(sources)
 
 
@@ -298,10 +303,6 @@ class GivenSettings(Settings):
         return (init_settings,)
 
 
-class ConfigFileError(RuntimeError):
-    pass
-
-
 def config_file_path() -> Path | None:
     """The TOML file to read: `$FAIRMATCH_CONFIG` (must exist) or `config/fairmatch.toml` if present."""
     named = os.environ.get("FAIRMATCH_CONFIG")
@@ -311,6 +312,19 @@ def config_file_path() -> Path | None:
             raise ConfigFileError(f"FAIRMATCH_CONFIG names {path}, which is not a file")
         return path
     return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def problems(exc: ValidationError) -> list[str]:
+    """The settings' refusal, one line per problem, each named by the variable or the file's key
+    that gave the value (`fairmatch/settings_errors.py`)."""
+    config = Settings.model_config
+    try:
+        config_file = config_file_path()
+        data = read_toml(config_file) if config_file is not None else {}
+    except ConfigFileError:
+        config_file, data = None, {}
+    return explain(exc.errors(), Settings, os.environ, str(config["env_prefix"]),
+                   str(config["env_nested_delimiter"]), config_file, data)  # fmt: skip
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -7,7 +7,8 @@ would leave its setting at the default without a word. `Settings` checks the env
 before it reads it (`unknown_variables`), as an unknown key in the settings
 file is refused: a variable with the prefix must name a setting or a section,
 or be one of `NON_SETTING_VARIABLES`, or start with one of
-`NON_SETTING_PREFIXES`.
+`NON_SETTING_PREFIXES`. The name it probably meant is found by `closest_name`,
+the rule an unknown key of the settings file is answered with too (`fairmatch/settings.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ NON_SETTING_PREFIXES = {
     "FAIRMATCH_TEST_": "the test suite's (`FAIRMATCH_TEST_PG_URL`, `FAIRMATCH_TEST_BACKENDS`)",
     "FAIRMATCH_BENCH_": "the benchmark's (`FAIRMATCH_BENCH_PG_URL`)",
 }
-KEY = "<NAME>"  # a dict's key in a variable's name, as the suggestions write it
+KEY = "<name>"  # a dict's key in a setting's name, as the suggestions write it (upper case in a variable's)
 
 
 class UnknownVariableError(ValueError):
@@ -102,12 +103,15 @@ def _unplaced(parts: list[str], model: type[BaseModel]) -> tuple[list[str], type
     return None
 
 
-def _setting_names(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def _names(model: type[BaseModel], key: str, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every section and setting under `model`, `key` standing for a dict's key."""
     for name, field in model.model_fields.items():
         if (sub := model_of(field.annotation)) is not None:
-            yield from _setting_names(sub, (*path, name))
+            yield (*path, name)
+            yield from _names(sub, key, (*path, name))
         elif (sub := dict_section_of(field.annotation)) is not None:
-            yield from _setting_names(sub, (*path, name, KEY))
+            yield (*path, name)
+            yield from _names(sub, key, (*path, name, key))
         else:
             yield (*path, name)
 
@@ -126,17 +130,26 @@ def unknown_variables(model: type[BaseModel], environ: Mapping[str, str], prefix
         if not upper.startswith(prefix) or _allowed(upper):
             continue
         parts = upper.removeprefix(prefix).split(delimiter)
-        found = _unplaced(parts, model) if all(parts) else ([], model)  # an empty part names nothing
-        if found is None:
+        if all(parts) and _unplaced(parts, model) is None:  # an empty part names nothing
             continue
-        placed, under = found
-        head = (prefix + delimiter.join(placed) + delimiter) if placed else prefix
-        candidates = [head + delimiter.join(p.upper() for p in path) for path in _setting_names(under)]
-        if not placed:
-            candidates += list(NON_SETTING_VARIABLES)
-        close = _closest(upper, candidates, prefix, delimiter)
+        close = closest_name(parts, model, prefix, delimiter, upper=True)
         problems.append(f"{name} names no setting" + (f" (did you mean {close}?)" if close else ""))
     return problems
+
+
+def closest_name(parts: list[str], model: type[BaseModel], prefix: str, delimiter: str, upper: bool) -> str | None:
+    """The setting or section that the name `parts` spell (written `prefix` + `parts` joined by
+    `delimiter`) probably meant: the one most like it among those under the sections its parts do
+    name, whole or by its last part, spelt the same way (in upper case for a variable, where
+    the project's own variables are candidates too). The one rule for a variable of the
+    environment and a key of the settings file."""
+    placed, under = (_unplaced(parts, model) if all(parts) else None) or ([], model)
+    spell = str.upper if upper else str
+    head = (prefix + delimiter.join(placed) + delimiter) if placed else prefix
+    candidates = [head + delimiter.join(spell(p) for p in path) for path in _names(under, spell(KEY.lower()))]
+    if upper and not placed:
+        candidates += list(NON_SETTING_VARIABLES)
+    return _closest(prefix + delimiter.join(parts), candidates, prefix, delimiter)
 
 
 def _closest(name: str, candidates: list[str], prefix: str, delimiter: str, cutoff: float = 0.7) -> str | None:

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+import fairmatch
 from fairmatch.cli import (
     associations,
     audit,
@@ -46,6 +47,12 @@ cli = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"fairmatch {fairmatch.__version__}")
+        raise typer.Exit()
+
+
 @cli.callback()
 def root(
     output_format: Annotated[
@@ -56,6 +63,10 @@ def root(
             "or always tables, or always JSON.",
         ),
     ] = OutputFormat.auto,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     """Fair-share job matcher: run the service, migrate its database, submit and inspect jobs."""
     choose_format(output_format)

@@ -42,7 +42,7 @@ def note(message: str) -> None:
 def load_settings_or_exit() -> Settings:
     from pydantic import ValidationError
 
-    from fairmatch.settings import ConfigFileError, get_settings
+    from fairmatch.settings import ConfigFileError, get_settings, problems
     from fairmatch.settings_env import UnknownVariableError
 
     try:
@@ -50,7 +50,4 @@ def load_settings_or_exit() -> Settings:
     except (ConfigFileError, UnknownVariableError) as exc:
         fail(f"invalid settings: {exc}", EXIT_USAGE)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
-        fail(f"invalid settings: {problems}", EXIT_USAGE)
+        fail(f"invalid settings: {'; '.join(problems(exc))}", EXIT_USAGE)

@@ -1,13 +1,13 @@
-"""`fairmatch serve`: run the HTTP service, after checking its schema and where it may listen."""
+"""`fairmatch serve`: run the HTTP service, after checking where it may listen and its schema."""
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairmatch.cli.common import EXIT_USAGE, fail, load_settings_or_exit, note
+from fairmatch.cli.common import EXIT_FAILED, EXIT_USAGE, fail, load_settings_or_exit, note
 from fairmatch.cli.database import database_is_sqlite, require_head, upgrade_database
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ def serve(
     port = port or settings.server.port
     workers = workers or settings.server.workers
     refuse_open_bind_without_auth(settings, host)
+    refuse_an_address_in_use(host, port, workers)
     prepared = settings.database.prepared_statements
     if database_is_sqlite(settings.database_url):
         note(upgrade_database(settings.database_url, "head", prepared_statements=prepared))
@@ -96,6 +97,47 @@ def refuse_open_bind_without_auth(settings: Settings, host: str) -> None:
             "anyone who reaches it as admin.",
             EXIT_USAGE,
         )
+
+
+def refuse_an_address_in_use(host: str, port: int, workers: int) -> None:
+    """Bind as uvicorn will, then let go, so that a port another program listens on stops the
+    start in one line, before the database is migrated and anything announced.
+
+    Like uvicorn the probe sets SO_REUSEADDR: a port whose last connections wait in TIME_WAIT
+    (a restart) is free, one with a listening socket is not. The workers share the one socket
+    uvicorn binds in the first process, so one probe stands for any number of them. With one
+    worker uvicorn binds every address the host resolves to (IPv6 ones IPv6 only); with more,
+    the host itself, IPv6 when it holds a colon.
+    """
+    import errno
+    import socket
+
+    targets: list[tuple[socket.AddressFamily, tuple[Any, ...]]]
+    if workers > 1:
+        targets = [(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))]
+    else:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            fail(f"cannot listen on {host}: {exc.strerror}", EXIT_USAGE)
+        targets = list(dict.fromkeys((family, address[:2]) for family, _, _, _, address in found))
+    for family, address in targets:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and workers == 1:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except socket.gaierror as exc:  # a host name, with several workers
+                fail(f"cannot listen on {host}: {exc.strerror}", EXIT_USAGE)
+            except OSError as exc:
+                where = f"{format_host(str(address[0]))}:{port}"
+                if exc.errno == errno.EADDRINUSE:
+                    fail(f"cannot listen on {where}: another program is listening there; stop it, or choose "
+                         "another port (--port, server.port or FAIRMATCH_SERVER__PORT)", EXIT_FAILED)  # fmt: skip
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    fail(f"cannot listen on {where}: no interface of this machine has that address", EXIT_USAGE)
+                fail(f"cannot listen on {where}: {exc.strerror or exc}", EXIT_FAILED)
 
 
 def client_url(host: str, port: int) -> str:

@@ -55,6 +55,10 @@ def simulate(
     if not parsed.streams:
         fail(f"{scenario}: no jobs to simulate: give [[streams]] or --from a service with waiting jobs", EXIT_USAGE)
     try:
+        report.require_plots()
+    except report.PlotsUnavailable as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
         out.mkdir(parents=True, exist_ok=True)  # before the simulation, not after it
     except OSError as exc:
         fail(f"--out {out}: cannot make the directory: {exc.strerror or exc}", EXIT_USAGE)

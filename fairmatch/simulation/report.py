@@ -5,12 +5,26 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import importlib.util
 import json
 from pathlib import Path
 
 from fairmatch.simulation.run import Hour, Result
 
 TIMELINE_COLUMNS = ("hour", "group", "running", "waiting", "target_share", "achieved_share", "correction")
+
+
+class PlotsUnavailable(RuntimeError):
+    """matplotlib, which draws the plots, is not installed."""
+
+
+def require_plots() -> None:
+    """matplotlib is the `simulate` extra, not a dependency of the service: say how to get it."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PlotsUnavailable(
+            "fairmatch simulate draws its plots with matplotlib, which is not installed: "
+            "pip install 'fairmatch[simulate]' (in a checkout: .venv/bin/pip install -e '.[simulate]')"
+        )
 
 
 def write(result: Result, out: Path) -> list[Path]:

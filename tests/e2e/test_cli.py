@@ -402,7 +402,7 @@ def test_serve_refuses_an_unmigrated_postgresql_without_a_traceback(fairmatch):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"FAIRMATCH_SERVER__PORT": "0"}, "invalid settings: server.port"),
+        ({"FAIRMATCH_SERVER__PORT": "0"}, "invalid settings: FAIRMATCH_SERVER__PORT: Input should be greater"),
         ({"FAIRMATCH_CONFIG": "/nonexistent/fairmatch.toml"}, "invalid settings: FAIRMATCH_CONFIG"),
         ({"FAIRMATCH_DATABASE_URL": "mysql://db/fairmatch"}, "unsupported database URL scheme"),
         # settings that would silently do nothing

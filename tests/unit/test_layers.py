@@ -4,7 +4,8 @@
     domain    taskqueues, jobs, matching, limits, priority, accounting, auth  (pure;
               each package's settings section is its own `settings` module)
     config    settings: the composition root that puts the sections together;
-              settings_env: which FAIRMATCH_ variables it reads
+              settings_env: which FAIRMATCH_ variables it reads;
+              settings_errors: each problem named where it was written
     db        the schema and one data-access class per area (the only SQL)
     services  the use cases: transactions, several areas together, background loops;
               simulation (the service's decisions on a simulated clock)
@@ -30,7 +31,7 @@ APP = Path(__file__).resolve().parents[2] / "fairmatch"
 LAYERS = {
     "base": {"errors", "clock", "fields", "logs", "metrics", "metrics_dir", "sections"},
     "domain": {"taskqueues", "jobs", "matching", "limits", "priority", "accounting", "auth"},
-    "config": {"settings", "settings_env"},
+    "config": {"settings", "settings_env", "settings_errors"},
     "db": {"db", "migrations"},
     "services": {"services", "simulation"},
     "interfaces": {"api", "cli", "console"},

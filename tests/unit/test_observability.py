@@ -1,16 +1,18 @@
-"""JSON log lines, request-id handling and the database gauges' pure parts."""
+"""Log lines (JSON and text), request-id handling and the database gauges' pure parts."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
 import pytest
 
 from fairmatch.api.observe import _request_id, _route_template
-from fairmatch.logs import JsonFormatter, TextFormatter, request_id
+from fairmatch.logs import JsonFormatter, TextFormatter, request_id, resolved_format
 from fairmatch.services.gauges import DatabaseGauges, Snapshot, corrections_of, target_shares
 
 
@@ -44,9 +46,62 @@ def test_json_lines_hold_exceptions_and_text_lines_the_request_id():
     assert "ValueError: boom" in json.loads(JsonFormatter().format(rec))["exception"]
     token = request_id.set("r-1")
     try:
-        assert TextFormatter().format(record("hello")).endswith("hello [request r-1]")
+        assert TextFormatter().format(record("hello")).endswith("hello request_id=r-1")
     finally:
         request_id.reset(token)
+    text = TextFormatter().format(rec)
+    assert text.splitlines()[0].endswith("ERROR   x: failed") and "ValueError: boom" in text.splitlines()[-1]
+
+
+def access(path: str, route: str) -> logging.LogRecord:
+    rec = logging.LogRecord("fairmatch.access", logging.INFO, __file__, 1, "%s %s %d", ("GET", path, 200), None)
+    fields = {"method": "GET", "path": path, "route": route, "status": 200, "duration_ms": 1.5, "client": None}
+    for key, value in fields.items():
+        setattr(rec, key, value)
+    return rec
+
+
+def test_a_text_line_is_time_level_logger_message_and_the_fields_it_does_not_say():
+    line = TextFormatter().format(access("/api/v1/jobs/7", "/api/v1/jobs/{job_id}"))
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO    fairmatch\.access: "
+                        r"GET /api/v1/jobs/7 200 route=/api/v1/jobs/\{job_id\} duration_ms=1\.5", line), line  # fmt: skip
+    # the route said by the path is not repeated; a value with a space is quoted
+    assert (
+        TextFormatter()
+        .format(access("/metrics", "/metrics"))
+        .endswith("fairmatch.access: GET /metrics 200 duration_ms=1.5")
+    )
+    assert (
+        TextFormatter().format(record("match", site="LCG A")).endswith('DEBUG   fairmatch.matching: match site="LCG A"')
+    )
+
+
+def test_neither_format_carries_terminal_control_codes():
+    """uvicorn adds a coloured copy of its message (color_message); a request's path may hold escapes."""
+    coloured = record("Uvicorn running on http://127.0.0.1:8000", color_message="Uvicorn running on \x1b[1m%s\x1b[0m")
+    assert "color_message" not in json.loads(JsonFormatter().format(coloured))
+    assert "\x1b" not in TextFormatter().format(coloured) and "color_message" not in TextFormatter().format(coloured)
+    line = TextFormatter().format(access("/x\x1b[31mred\r", "unmatched"))
+    assert "\x1b" not in line and "\r" not in line
+    assert "GET /x\\x1b[31mred\\x0d 200" in line
+    assert json.loads(JsonFormatter().format(access("/x\x1b[31m", "unmatched")))["path"] == "/x\x1b[31m"
+
+
+class Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize(
+    ("setting", "tty", "chosen"),
+    [("auto", True, "text"), ("auto", False, "json"), ("json", True, "json"), ("text", False, "text")],
+)
+def test_auto_is_text_on_a_terminal_and_json_elsewhere(setting, tty, chosen):
+    assert resolved_format(setting, Stream(tty)) == chosen
 
 
 @pytest.mark.parametrize(

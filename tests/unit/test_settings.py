@@ -7,8 +7,14 @@ import pytest
 from pydantic import ValidationError
 
 from fairmatch.matching.settings import Lottery
-from fairmatch.settings import ConfigFileError, GivenSettings, Settings
-from fairmatch.settings_env import NON_SETTING_PREFIXES, NON_SETTING_VARIABLES, UnknownVariableError, unknown_variables
+from fairmatch.settings import ConfigFileError, GivenSettings, Settings, problems
+from fairmatch.settings_env import (
+    NON_SETTING_PREFIXES,
+    NON_SETTING_VARIABLES,
+    UnknownVariableError,
+    closest_name,
+    unknown_variables,
+)
 from fairmatch.taskqueues.settings import DIRAC_CPU_BUCKETS
 
 
@@ -138,6 +144,95 @@ def test_settings_stop_at_an_unknown_variable_before_reading_anything(no_config,
     )
     # settings built from their arguments alone read no environment, so they do not check it
     assert GivenSettings().matching.lottery is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[server]\nport = 80 80\n", "f.toml:2:11: not TOML: expected newline or end of document after a statement"),
+        ('[server]\nhost = "a\n', "f.toml:2:10: not TOML: illegal character '\\n'"),
+        ("[matching\n", "f.toml:1:10: not TOML: expected ']' at the end of a table declaration"),
+        ("a = [1,\n", "f.toml: not TOML at its end: invalid value"),
+    ],
+)
+def test_a_file_that_is_not_toml_is_named_with_its_line_and_column(no_config, monkeypatch, text, message):
+    (no_config / "f.toml").write_text(text)
+    monkeypatch.setenv("FAIRMATCH_CONFIG", "f.toml")
+    with pytest.raises(ConfigFileError) as refused:
+        Settings()
+    assert str(refused.value) == message
+
+
+def refusal(**environ: str) -> list[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        with pytest.raises(ValidationError) as refused:
+            Settings()
+        return problems(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[server]\nprot = 8080\n", "f.toml: server.prot names no setting (did you mean server.port?)"),
+        ("[sever]\nport = 8080\n", "f.toml: sever names no setting (did you mean server?)"),
+        ("lotery = 'exact'\n", "f.toml: lotery names no setting (did you mean matching.lottery?)"),
+        ("[groups.lhcb_user]\njob_shares = 3\n",
+         "f.toml: groups.lhcb_user.job_shares names no setting (did you mean groups.lhcb_user.job_share?)"),
+        ("[server]\nqwxz = 1\n", "f.toml: server.qwxz names no setting"),
+        ("[server]\nworkers = 'two'\n",
+         "f.toml: server.workers: Input should be a valid integer, unable to parse string as an integer"),
+        ("[taskqueues]\ncpu_buckets = [100, 'x']\n",
+         "f.toml: taskqueues.cpu_buckets[1]: Input should be a valid integer, unable to parse string as an integer"),
+        ('server = "fast"\n', "f.toml: server: Input should be a valid dictionary or instance of ServerSettings"),
+    ],
+)  # fmt: skip
+def test_the_file_is_named_with_the_key_at_fault_and_the_name_it_probably_meant(no_config, text, said):
+    (no_config / "f.toml").write_text(text)
+    assert refusal(FAIRMATCH_CONFIG="f.toml") == [said]
+
+
+def test_a_value_is_named_by_the_variable_that_gave_it_over_the_file(no_config):
+    (no_config / "f.toml").write_text("[server]\nworkers = 'two'\nport = 0\n")
+    said = refusal(FAIRMATCH_CONFIG="f.toml", FAIRMATCH_SERVER__WORKERS="three", fairmatch_server__log_level="loud")
+    assert said == [
+        "f.toml: server.port: Input should be greater than or equal to 1",
+        "FAIRMATCH_SERVER__WORKERS: Input should be a valid integer, unable to parse string as an integer",
+        "fairmatch_server__log_level: Input should be 'debug', 'info', 'warning' or 'error'",
+    ]
+    # a section given whole as JSON: the variable, then where in its value
+    assert refusal(FAIRMATCH_MATCHING='{"lottery": "random"}') == [
+        "FAIRMATCH_MATCHING.lottery: Input should be 'exact', 'dirac' or 'highest'"
+    ]
+    assert refusal(FAIRMATCH_TASKQUEUES__CPU_BUCKETS='[100, "x"]') == [
+        "FAIRMATCH_TASKQUEUES__CPU_BUCKETS[1]: Input should be a valid integer, unable to parse string as an integer"
+    ]
+
+
+def test_a_rule_over_several_settings_is_named_by_the_settings_not_the_file(no_config):
+    """The file holds the section, not the one value at fault: the rule's own message names them."""
+    (no_config / "f.toml").write_text("[retention]\nevents_days = 30\n")
+    (said,) = refusal(FAIRMATCH_CONFIG="f.toml")
+    assert said.startswith("retention: Value error, retention.events_days = 30 is not shorter than the 7 days")
+    assert "f.toml" not in said
+
+
+@pytest.mark.parametrize(
+    ("parts", "meant"),
+    [
+        (["server", "prot"], "server.port"),
+        (["lotterie"], "matching.lottery"),
+        (["matchin"], "matching"),
+        (["groups", "lhcb", "job_shar"], "groups.lhcb.job_share"),
+        (["priority", "rank", "windows_days"], "priority.rank.window_days"),
+        (["qwxz"], None),
+    ],
+)
+def test_a_key_of_the_file_is_answered_by_the_rule_of_the_variables(parts, meant):
+    assert closest_name(parts, Settings, "", ".", upper=False) == meant
+    variable = closest_name([p.upper() for p in parts], Settings, "FAIRMATCH_", "__", upper=True)
+    assert variable == (meant and "FAIRMATCH_" + "__".join(p.upper() for p in meant.split(".")))
 
 
 @pytest.mark.parametrize(

@@ -236,6 +236,23 @@ def test_the_command_refuses_bad_scenarios_with_one_line_and_exit_code_2(tmp_pat
     assert missing.returncode == 2 and missing.stderr.startswith("error: absent.toml: cannot read")
 
 
+def test_without_matplotlib_the_command_says_how_to_install_it_before_simulating(tmp_path):
+    """matplotlib is the `simulate` extra: `make run` leaves it out. The console script's main()
+    in a process where `import matplotlib` fails, as where it is not installed."""
+    (tmp_path / "s.toml").write_text('[simulation]\nhours = 2\nslots = 5\n[[streams]]\nowner = "a"\n'
+                                     'owner_group = "g"\nbacklog = 10\n')  # fmt: skip
+    script = "import sys; sys.modules['matplotlib'] = None; from fairmatch.cli import main; main()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
+    done = subprocess.run([sys.executable, "-c", script, "simulate", "s.toml", "--out", "o"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: fairmatch simulate draws its plots with matplotlib, which is not installed: "
+        "pip install 'fairmatch[simulate]' (in a checkout: .venv/bin/pip install -e '.[simulate]')"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_command_writes_every_file(tmp_path):
     example = ROOT / "examples" / "simulate" / "late-group.toml"
     done = run_cli(str(example), "--out", "late", "--seed", "3", cwd=tmp_path)
