@@ -17,6 +17,7 @@ from fairmatch.api import (
     audit,
     body_limits,
     bulk,
+    docs,
     health,
     job_classes,
     jobs,
@@ -126,6 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=package.__version__,
         summary="Fair-share job matcher: SQL task queues, DIRAC matching rules.",
         lifespan=lifespan,
+        # /docs is served from the package's own files (fairmatch/api/docs.py)
+        docs_url=None,
+        redoc_url=None,
         # the service exports its own Prometheus metrics; FastAPI's OpenTelemetry hooks
         # would only cost a check per request
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -138,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # microseconds each): the pilots' calls are routed first
     for router, prefix in sorted(ROUTERS, key=lambda entry: entry[0] not in ROUTED_FIRST):
         app.include_router(router, prefix=prefix)
+    docs.install(app)
     if settings.console.enabled:
         console.install(app)
     return app

@@ -1,7 +1,9 @@
 """Prometheus metrics of the service process.
 
-Counters and histograms live here, one set per process. `fairmatch serve`
-points `PROMETHEUS_MULTIPROC_DIR` at a directory it wipes at start, before
+Counters and histograms live here, one set per process, named by Prometheus'
+conventions: a counter's name ends in `_total` (prometheus-client would add it), a
+time's in `_seconds` (tests/unit/test_metric_names.py holds every exposed name to
+them). `fairmatch serve` points `PROMETHEUS_MULTIPROC_DIR` at a directory it wipes at start, before
 any worker imports prometheus-client (`fairmatch.metrics_dir`), so that every worker
 writes its values there and whichever worker answers a scrape reports the sum
 over all of them.
@@ -28,14 +30,14 @@ LATENCY_BUCKETS = (
 RECOMPUTE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 MATCH_REQUESTS = Counter(
-    "fairmatch_match_requests",
+    "fairmatch_match_requests_total",
     "POST /match answers by result: matched (200), no_match (204), replayed "
     "(a request_id seen before), error (failed, e.g. database outage).",
     ["result"],
 )
 MATCH_DURATION = Histogram("fairmatch_match_duration_seconds", "Time to answer POST /match.", buckets=LATENCY_BUCKETS)
 CLAIM_CONFLICTS = Counter(
-    "fairmatch_claim_conflicts",
+    "fairmatch_claim_conflicts_total",
     "Claims that found their job taken by another matcher (or the queue empty) and tried again.",
 )
 CLAIM_BATCH_SIZE = Histogram(
@@ -46,28 +48,28 @@ CLAIM_BATCH_SIZE = Histogram(
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
 )
 SITE_LIMIT_EXCLUSIONS = Counter(
-    "fairmatch_site_limit_exclusions",
+    "fairmatch_site_limit_exclusions_total",
     "Task queues kept from a match by a site limit, by rule (running_limit, matching_delay).",
     ["rule"],
 )
-SUBMITTED_JOBS = Counter("fairmatch_submitted_jobs", "Jobs accepted by POST /jobs.")
+SUBMITTED_JOBS = Counter("fairmatch_submitted_jobs_total", "Jobs accepted by POST /jobs.")
 RECOMPUTE_DURATION = Histogram(
     "fairmatch_priority_recompute_seconds",
     "Duration of a priority-loop run that recomputed every task queue.",
     buckets=RECOMPUTE_BUCKETS,
 )
 JOBS_PURGED = Counter(
-    "fairmatch_jobs_purged",
+    "fairmatch_jobs_purged_total",
     "Finished jobs deleted by the purge (background or one-off), by final status.",
     ["status"],
 )
 INDEXES_REBUILT = Counter(
-    "fairmatch_indexes_rebuilt",
+    "fairmatch_indexes_rebuilt_total",
     "Indexes rebuilt after a purge because they had grown past what their entries need, by index.",
     ["index"],
 )
 HTTP_REQUESTS = Counter(
-    "fairmatch_http_requests",
+    "fairmatch_http_requests_total",
     "HTTP requests by method, route template and status code.",
     ["method", "route", "status"],
 )

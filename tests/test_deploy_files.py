@@ -20,6 +20,8 @@ import promql_parser
 import pytest
 import yaml
 
+from tests.unit.test_metric_names import exposed as exposed_families
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
@@ -46,11 +48,10 @@ CONTRACT = {
     "fairmatch_match_duration_seconds": "histogram",
     "fairmatch_priority_recompute_seconds": "histogram",
     "fairmatch_http_request_duration_seconds": "histogram",
-    "fairmatch_waiting_jobs": "gauge",
-    "fairmatch_running_jobs": "gauge",
+    "fairmatch_group_jobs": "gauge",
     "fairmatch_group_target_share": "gauge",
     "fairmatch_task_queues": "gauge",
-    "fairmatch_jobs_total": "gauge",
+    "fairmatch_jobs": "gauge",
     "fairmatch_share_correction": "gauge",
 }
 # series Prometheus makes itself for every target
@@ -354,6 +355,13 @@ def test_every_query_uses_the_provisioned_datasource():
 def test_every_expression_parses_and_names_contract_metrics(expr):
     assert metric_names(expr), "an expression without a metric plots nothing"
     assert not unknown_metrics([expr], CONTRACT_SERIES)
+
+
+def test_the_service_exposes_the_contract():
+    exposed = exposed_families()
+    assert {f"{family}_total" if kind == "counter" else family: kind for family, kind in CONTRACT.items()}.items() <= (
+        exposed.items()
+    )
 
 
 def test_the_dashboard_covers_the_contract():

@@ -4,12 +4,15 @@ script that runs from it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from fairmatch.api import docs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,6 +53,15 @@ def test_the_wheel_holds_the_fairmatch_package_and_nothing_else(wheel):
     assert shipped and shipped <= set(names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "fairmatch = fairmatch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_wheel_brings_swagger_ui_for_docs_along(wheel):
+    """/docs loads Swagger UI from the package that ships its files, never from a CDN: the
+    wheel must require that package, and the files /docs serves must be in it."""
+    names = zipfile.ZipFile(wheel).namelist()
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert re.search(r"^Requires-Dist: swagger-ui-bundle-v2\b", metadata, re.MULTILINE)
+    assert all((docs.SWAGGER_UI / name).is_file() for name in docs.FILES)
 
 
 def test_the_unpacked_wheel_migrates_a_database_from_its_own_migrations(wheel, tmp_path):

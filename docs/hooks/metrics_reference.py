@@ -40,8 +40,7 @@ def process_metrics() -> Iterator[Metric]:
 def database_gauges() -> Iterator[Metric]:
     collector = DatabaseGauges(max_age_seconds=0)
     collector.snapshot = Snapshot(
-        waiting={"group": 1},
-        running={"group": 1},
+        group_jobs={("group", "Waiting"): 1},
         target_share={"group": 1.0},
         task_queues=1,
         jobs_by_status={"Waiting": 1},

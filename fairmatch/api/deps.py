@@ -121,7 +121,7 @@ def allow(
 # token), the API's own description, and the console's sign-in page and static files.
 # Every other route declares its roles.
 OPEN_PATHS = frozenset({
-    "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+    "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/static/{name}",
     "/ui/sign-in", "/ui/static/{name}",
 })  # fmt: skip
 

@@ -392,15 +392,14 @@ class PriorityDB(AreaDB):
             )).all()
         )  # fmt: skip
 
-    async def running_per_group(self) -> dict[str, int]:
-        """Jobs holding a slot (Matched or Running) per owner group."""
-        return dict(
-            (await self.conn.execute(
-                select(jobs.c.owner_group, func.count())
-                .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
-                .group_by(jobs.c.owner_group)
-            )).all()
-        )  # fmt: skip
+    async def holding_per_group_and_status(self) -> dict[tuple[str, str], int]:
+        """Jobs holding a slot per (owner group, status: Matched or Running)."""
+        rows = (await self.conn.execute(
+            select(jobs.c.owner_group, jobs.c.status, func.count())
+            .where(jobs.c.status.in_(sorted(HOLDING_A_SLOT)))
+            .group_by(jobs.c.owner_group, jobs.c.status)
+        )).all()  # fmt: skip
+        return {(group, str(status)): n for group, status, n in rows}
 
     async def jobs_per_status(self) -> dict[str, int]:
         """Jobs per status."""

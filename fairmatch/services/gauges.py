@@ -21,15 +21,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.errors import DatabaseError
+from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.priority.groups import target_shares
 
 log = logging.getLogger("fairmatch.metrics")
 
+# the statuses `fairmatch_group_jobs` tells apart: in a task queue, handed to a pilot, started
+GROUP_STATUSES = (JobStatus.Waiting, JobStatus.Matched, JobStatus.Running)
+
 
 @dataclass
 class Snapshot:
-    waiting: dict[str, int] = field(default_factory=dict)  # per owner_group
-    running: dict[str, int] = field(default_factory=dict)  # Matched + Running, per owner_group
+    group_jobs: dict[tuple[str, str], int] = field(default_factory=dict)  # (owner_group, a GROUP_STATUSES status)
     target_share: dict[str, float] = field(default_factory=dict)
     task_queues: int = 0
     jobs_by_status: dict[str, int] = field(default_factory=dict)
@@ -42,15 +45,15 @@ async def read_snapshot(engine: AsyncEngine) -> Snapshot:
     async with engine.connect() as conn, read_transaction(conn):
         db = PriorityDB.of(conn)
         waiting = await db.waiting_per_group()
-        running = await db.running_per_group()
+        holding = await db.holding_per_group_and_status()
         by_status = await db.jobs_per_status()
         tq_count = await db.task_queue_count()
         shares = await db.group_shares()
         report = await db.latest_report()
+    group_jobs = {**{(group, JobStatus.Waiting.value): n for group, n in waiting.items()}, **holding}
     return Snapshot(
-        waiting=waiting,
-        running=running,
-        target_share=target_shares(shares, set(waiting) | set(running)),
+        group_jobs=group_jobs,
+        target_share=target_shares(shares, {group for group, _ in group_jobs}),
         task_queues=tq_count,
         jobs_by_status=by_status,
         corrections=corrections_of(report),
@@ -96,20 +99,19 @@ class DatabaseGauges(Collector):
         yield up
         if not s.database_up:
             return
-        yield _labelled("fairmatch_waiting_jobs", "Waiting jobs per group.", "owner_group", s.waiting)
-        yield _labelled(
-            "fairmatch_running_jobs", "Jobs holding a slot (Matched or Running) per group.", "owner_group", s.running
-        )
+        yield group_jobs(s.group_jobs)
         yield _labelled(
             "fairmatch_group_target_share",
-            "Configured share of each group with waiting or running jobs, normalised to 1.",
+            "Configured share of each group with waiting, matched or running jobs, normalised to 1.",
             "owner_group",
             s.target_share,
         )
         tqs = GaugeMetricFamily("fairmatch_task_queues", "Task queues (with waiting jobs or not yet swept).")
         tqs.add_metric([], s.task_queues)
         yield tqs
-        yield _labelled("fairmatch_jobs_total", "Jobs per status.", "status", s.jobs_by_status)
+        yield _labelled(
+            "fairmatch_jobs", "Jobs in the database per status, final ones until purged.", "status", s.jobs_by_status
+        )
         corrections = GaugeMetricFamily(
             "fairmatch_share_correction",
             "Share correction factor of the last priority run, per corrector instance and entity.",
@@ -123,6 +125,22 @@ class DatabaseGauges(Collector):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         return generate_latest(registry)
+
+
+def group_jobs(counts: Mapping[tuple[str, str], int]) -> GaugeMetricFamily:
+    """Every group with jobs in any of GROUP_STATUSES gets a series for each, zeros included:
+    its series do not vanish when one count drops to zero, and summing some statuses by
+    group (the slots it holds: Matched and Running) keeps every group."""
+    family = GaugeMetricFamily(
+        "fairmatch_group_jobs",
+        "Jobs per group and status: Waiting (in a task queue), Matched (handed to a pilot, not yet "
+        "reported started) and Running. The slots a group holds are its Matched plus Running.",
+        labels=["owner_group", "status"],
+    )
+    for group in sorted({group for group, _ in counts}):
+        for status in GROUP_STATUSES:
+            family.add_metric([group, status.value], counts.get((group, status.value), 0))
+    return family
 
 
 def _labelled(name: str, documentation: str, label: str, values: Mapping[str, float]) -> GaugeMetricFamily:

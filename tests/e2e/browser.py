@@ -12,6 +12,7 @@ every page the test opens and kept: `Browser.console_errors` lists its SEVERE en
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -34,9 +35,15 @@ WIDTH, HEIGHT = 1400, 900
 WAIT_SECONDS = 10  # the longest any page or answer is waited for
 
 
-def new_chromium() -> webdriver.Chrome:
+# No host but 127.0.0.1 resolves, and every other request goes to a proxy that is not
+# there (Chromium never proxies loopback): the browser of a site without internet.
+OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", "--proxy-server=http://127.0.0.1:9")
+
+
+def new_chromium(offline: bool = False) -> webdriver.Chrome:
     """A headless Chromium driven by Debian's chromedriver, with a 1400×900 viewport and its
-    console log kept at every level."""
+    console log kept at every level. `offline`: it reaches nothing beyond 127.0.0.1, and
+    keeps the performance log, which names every request it sends (`requested_urls`)."""
     chromium = debian_tool("chromium")
     chromedriver = debian_tool("chromedriver", "chromium-driver")
     os.environ.setdefault("SE_OFFLINE", "true")  # should Selenium Manager run after all: no download
@@ -53,9 +60,10 @@ def new_chromium() -> webdriver.Chrome:
         "--force-device-scale-factor=1",
         "--lang=en-GB",
         f"--window-size={WIDTH},{HEIGHT + 200}",
+        *(OFFLINE if offline else ()),
     ):
         options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", **({"performance": "ALL"} if offline else {})})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
     # the window's chrome takes some of its height: the page itself gets exactly WIDTH×HEIGHT
     driver.execute_cdp_cmd(
@@ -134,6 +142,16 @@ class Browser:
     def text(self, css: str = "body") -> str:
         """What the element shows (its rendered text, not its markup)."""
         return self.find(css).text
+
+    def requested_urls(self) -> list[str]:
+        """The URL of every request the pages sent since the last call (the performance log,
+        kept by an `offline` Chromium), whether or not it was answered."""
+        urls = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                urls.append(message["params"]["request"]["url"])
+        return urls
 
     def console_errors(self) -> list[str]:
         """The SEVERE console entries of every page opened so far."""

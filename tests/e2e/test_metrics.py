@@ -114,16 +114,44 @@ def test_counters_sum_over_two_workers_and_gauges_follow_the_database(served):
         assert sample(s, "fairmatch_match_duration_seconds_count") == 10
         assert sample(s, "fairmatch_submitted_jobs_total") == 9
         assert sample(s, "fairmatch_http_requests_total", method="POST", route="/api/v1/match", status="204") == 2
-        assert sample(s, "fairmatch_waiting_jobs", owner_group="lhcb_user") == 2
-        assert sample(s, "fairmatch_waiting_jobs", owner_group="lhcb_mc") == 0
-        assert sample(s, "fairmatch_running_jobs", owner_group="lhcb_mc") == 6
-        assert sample(s, "fairmatch_running_jobs", owner_group="lhcb_user") == 1
-        assert sample(s, "fairmatch_jobs_total", status="Matched") == 7
-        assert sample(s, "fairmatch_jobs_total", status="Waiting") == 2
+        assert sample(s, "fairmatch_group_jobs", owner_group="lhcb_user", status="Waiting") == 2
+        assert sample(s, "fairmatch_group_jobs", owner_group="lhcb_mc", status="Waiting") == 0
+        assert sample(s, "fairmatch_group_jobs", owner_group="lhcb_mc", status="Matched") == 6
+        assert sample(s, "fairmatch_group_jobs", owner_group="lhcb_user", status="Matched") == 1
+        assert sample(s, "fairmatch_jobs", status="Matched") == 7
+        assert sample(s, "fairmatch_jobs", status="Waiting") == 2
         assert sample(s, "fairmatch_task_queues") == 2  # the emptied lhcb_mc queue waits for the sweep
         assert sample(s, "fairmatch_group_target_share", owner_group="lhcb_mc") == 0.5
         assert sample(s, "fairmatch_database_up") == 1
     assert len(access_pids(served, "/metrics") | access_pids(served, "/healthz")) == 2
+
+
+def group_jobs(samples: dict, group: str) -> dict[str, float]:
+    """The group's fairmatch_group_jobs series by status: present ones only, zeros included."""
+    return {
+        dict(labels)["status"]: value
+        for (name, labels), value in samples.items()
+        if name == "fairmatch_group_jobs" and dict(labels)["owner_group"] == group
+    }
+
+
+def test_matched_and_running_jobs_are_counted_apart_through_a_lifecycle(served):
+    api = f"{served.url}/api/v1"
+    job = {"owner": "alice", "owner_group": "lhcb_mc"}
+    assert httpx.post(f"{api}/jobs", json={"jobs": [job, job]}).status_code == 201
+    assert group_jobs(scrape(served.url), "lhcb_mc") == {"Waiting": 2, "Matched": 0, "Running": 0}
+
+    matched = httpx.post(f"{api}/match", json={"Site": "LCG.A.ch", "CPUTime": 10**7})
+    assert matched.status_code == 200
+    s = scrape(served.url)
+    assert group_jobs(s, "lhcb_mc") == {"Waiting": 1, "Matched": 1, "Running": 0}
+    assert sample(s, "fairmatch_jobs", status="Matched") == 1 and ("fairmatch_jobs", (("status", "Running"),)) not in s
+
+    started = httpx.post(f"{api}/jobs/{matched.json()['job_id']}/status", json={"status": "Running"})
+    assert started.status_code == 200, started.text
+    s = scrape(served.url)
+    assert group_jobs(s, "lhcb_mc") == {"Waiting": 1, "Matched": 0, "Running": 1}
+    assert sample(s, "fairmatch_jobs", status="Running") == 1 and sample(s, "fairmatch_jobs", status="Matched") == 0
 
 
 def test_recompute_is_timed_and_logs_are_json_with_request_ids(served):

@@ -92,7 +92,8 @@ def test_the_dashboard_names_only_exported_metrics(clean, server_factory):
         assert sample_names(family, kind) <= exported, family
     assert samples(families, "fairmatch_match_requests_total", result="matched")
     assert samples(families, "fairmatch_share_correction")
-    assert {s.labels["owner_group"] for s in samples(families, "fairmatch_waiting_jobs")} == {"lhcb_user", "lhcb_mc"}
+    groups = {s.labels["owner_group"] for s in samples(families, "fairmatch_group_jobs", status="Waiting")}
+    assert groups == {"lhcb_user", "lhcb_mc"}
 
 
 # --- two replicas on PostgreSQL ---------------------------------------------------------

@@ -129,9 +129,14 @@ def test_corrections_come_from_the_last_run_report():
 def test_gauges_exposition_without_the_database():
     gauges = DatabaseGauges(5)
     assert b"fairmatch_database_up 0.0" in gauges.exposition()
-    gauges.snapshot = Snapshot(waiting={"g": 4}, task_queues=2, database_up=True)
+    gauges.snapshot = Snapshot(group_jobs={("g", "Waiting"): 4, ("h", "Matched"): 1}, task_queues=2, database_up=True)
     text = gauges.exposition().decode()
-    assert 'fairmatch_waiting_jobs{owner_group="g"} 4.0' in text
+    assert 'fairmatch_group_jobs{owner_group="g",status="Waiting"} 4.0' in text
+    # every group has all three statuses, zeros included
+    assert 'fairmatch_group_jobs{owner_group="g",status="Matched"} 0.0' in text
+    assert 'fairmatch_group_jobs{owner_group="g",status="Running"} 0.0' in text
+    assert 'fairmatch_group_jobs{owner_group="h",status="Waiting"} 0.0' in text
+    assert 'fairmatch_group_jobs{owner_group="h",status="Matched"} 1.0' in text
     assert "fairmatch_task_queues 2.0" in text
 
 

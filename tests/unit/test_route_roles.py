@@ -109,7 +109,7 @@ CONSOLE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
 # What must be served without a caller: probes and scrapers carry no token, the API's
 # description is public, and a browser must reach the console's sign-in page and its
 # static files before it has a session. Nothing else belongs here.
-MUST_BE_OPEN = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+MUST_BE_OPEN = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/static/{name}",
                 "/ui/sign-in", "/ui/static/{name}"}  # fmt: skip
 # the one open route that is not a read: it takes the token a session starts with
 OPEN_FORM = "/ui/sign-in"
@@ -233,7 +233,7 @@ def test_a_route_without_roles_fails_the_check():
     async def token_but_no_roles(caller: Principal = Depends(authenticated_only)) -> dict:  # noqa: B008
         return {}
 
-    throwaway = FastAPI()
+    throwaway = FastAPI(docs_url=None, redoc_url=None)  # as the service makes it
     throwaway.include_router(router, prefix=API_PREFIX)
     throwaway.add_route("/plain", lambda request: None)
     assert undeclared(throwaway.routes) == [
@@ -250,7 +250,7 @@ def test_a_router_level_role_dependency_counts():
     async def x() -> dict:
         return {}
 
-    throwaway = FastAPI()
+    throwaway = FastAPI(docs_url=None, redoc_url=None)
     throwaway.include_router(router, prefix=API_PREFIX)
     [route] = [r for r in flat(throwaway.routes) if r.path == f"{API_PREFIX}/x"]
     assert declared_roles(route) == {Role.admin, Role.operator}
@@ -322,7 +322,7 @@ class Body(BaseModel):
 
 
 def test_a_refused_role_learns_nothing_of_the_body_an_admitted_one_gets_422():
-    throwaway = FastAPI()
+    throwaway = FastAPI(docs_url=None, redoc_url=None)
     problems.install(throwaway)
     throwaway.state.settings = load_settings(auth=AUTH)
     throwaway.state.verifier = TokenVerifier(AUTH)
