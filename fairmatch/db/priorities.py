@@ -198,6 +198,20 @@ class PriorityDB(AreaDB):
         )  # fmt: skip
         return [(as_utc(at), group, int(n)) for at, group, n in (await self.conn.execute(stmt)).all()]
 
+    async def latest_running(self, samples: int) -> list[tuple[datetime, str, int]]:
+        """The latest `samples` samples, as `running_history` reads them."""
+        oldest = (
+            select(history_samples.c.sampled_at)
+            .order_by(history_samples.c.sampled_at.desc())
+            .offset(samples - 1)
+            .limit(1)
+            .scalar_subquery()
+        )
+        since = as_utc(
+            (await self.conn.execute(select(func.coalesce(oldest, func.min(history_samples.c.sampled_at))))).scalar()
+        )
+        return [] if since is None else await self.running_history(since)
+
     # --- task-queue priorities ---------------------------------------------------------------
 
     async def waiting_members(self) -> set[tuple[str, str]]:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.errors import DatabaseError
-from fairmatch.priority.groups import DEFAULT_JOB_SHARE
+from fairmatch.priority.groups import target_shares
 
 log = logging.getLogger("fairmatch.metrics")
 
@@ -56,14 +56,6 @@ async def read_snapshot(engine: AsyncEngine) -> Snapshot:
         corrections=corrections_of(report),
         database_up=True,
     )
-
-
-def target_shares(job_shares: dict[str, float], active: set[str]) -> dict[str, float]:
-    """Each active group's configured share over the sum of the active groups'
-    (a group unknown to the groups table has the default share)."""
-    configured = {g: float(job_shares.get(g, DEFAULT_JOB_SHARE)) for g in active}
-    total = sum(configured.values())
-    return {g: (s / total if total else 0.0) for g, s in configured.items()}
 
 
 def corrections_of(report: dict | None) -> dict[tuple[str, str], float]:

@@ -32,7 +32,7 @@ from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.matcher import Matcher, match
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.priority import rank
-from fairmatch.services.gauges import target_shares
+from fairmatch.priority.groups import target_shares
 from fairmatch.services.priorities import configured_corrections, decide
 from fairmatch.settings import Settings
 from fairmatch.simulation.scenario import Scenario, Stream

@@ -25,7 +25,7 @@ async def overview(request: Request, caller: auth.Viewer, conn: Connection) -> R
     if not caller.privileged:
         return RedirectResponse(f"{PREFIX}/jobs", status_code=303)  # users see their own jobs
     settings = request.app.state.settings
-    summary = await status.summary(conn, top=10)
+    summary = await status.summary(conn, top=10, matching=settings.effective_matching)
     now = summary["generated_at"]
     since = now - timedelta(hours=settings.console.share_hours)
     history, shares = await status.running_history(conn, since)
@@ -38,5 +38,6 @@ async def overview(request: Request, caller: auth.Viewer, conn: Connection) -> R
         chart=share_chart(history, shares, since, utcnow()),
         bars=minute_bars(per_minute), bar_width=BAR_WIDTH, bar_height=BAR_HEIGHT, gap=BAR_GAP,
         stale=priority_run_state(summary["last_priority_run"], interval, now),
-        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now),
+        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now,
+                          summary["share_drift"]),
     )  # fmt: skip
