@@ -15,7 +15,9 @@ from collections import Counter
 import httpx
 import pytest
 import sqlalchemy as sa
+from rich.console import Console
 
+from fairmatch.cli.status import status_screen
 from fairmatch.db.tables import history_samples, running_samples
 from fairmatch.matching.drift import DRIFT_MIN_SAMPLES
 from tests.api.test_fair_share import match, put_group, recompute, submit
@@ -72,6 +74,12 @@ def _status(c: httpx.Client) -> dict:
     return r.json()
 
 
+def _screen(document: dict) -> str:
+    console = Console(width=200, record=True)
+    console.print(status_screen(document))
+    return console.export_text()
+
+
 def _overview(c: httpx.Client) -> str:
     r = c.get(str(c.base_url.join("/ui/")))
     assert r.status_code == 200, r.text
@@ -92,6 +100,9 @@ def test_the_cpu_order_with_a_long_backlog_drifts_and_status_and_overview_say_so
         overview = _overview(c)  # the same sentence; more samples may have been taken since
         head, tail = drift["message"].split(" over the last ")
         assert head in overview and tail.split(" samples; ")[1] in overview
+        screen = _screen(_status(c))  # `fairmatch status` on a terminal
+        assert "Shares drifting because of a setting" in screen and "matching.prefer_longest_cpu = true" in screen
+        assert "100%" in screen and "33%" in screen
 
 
 @pytest.mark.parametrize(
@@ -109,3 +120,4 @@ def test_shares_that_hold_are_reported_as_no_drift(server_factory, clean, settin
         _wait_for_busy_samples(clean, DRIFT_MIN_SAMPLES + 2)
         assert _status(c)["share_drift"] == []
         assert "orders by CPU bucket" not in _overview(c)
+        assert "Shares drifting" not in _screen(_status(c))
