@@ -241,7 +241,7 @@ class Settings(BaseSettings):
     def _nothing_the_policy_ignores(self) -> Settings:
         """Refuse a matching setting that would defeat one of the policy's factors."""
         job_size = self.priority.multifactor.weights.job_size
-        if self.priority.policy == "multifactor" and self._prefers_longest_cpu_explicitly() and job_size > 0:
+        if self.priority.policy == "multifactor" and self.matching.prefer_longest_cpu and job_size > 0:
             raise ValueError(
                 f"priority.multifactor.weights.job_size = {job_size:g} has no effect while "
                 "matching.prefer_longest_cpu = true draws from the longest CPU bucket first: "
@@ -249,19 +249,12 @@ class Settings(BaseSettings):
             )
         return self
 
-    def _prefers_longest_cpu_explicitly(self) -> bool:
-        return "prefer_longest_cpu" in self.matching.model_fields_set and self.matching.prefer_longest_cpu
-
     @cached_property
     def effective_matching(self) -> ResolvedMatching:
-        """`matching` as the matcher reads it: the policy's own lottery, and under multifactor (where
-        job size is one of the factors) no narrowing to the longest CPU bucket, unless set."""
-        policy = self.priority.policy
+        """`matching` as the matcher reads it: the policy's own lottery unless one is set."""
         resolved: dict[str, Any] = {}
         if self.matching.lottery is None:
-            resolved["lottery"] = POLICY_LOTTERY[policy]
-        if policy == "multifactor" and "prefer_longest_cpu" not in self.matching.model_fields_set:
-            resolved["prefer_longest_cpu"] = False
+            resolved["lottery"] = POLICY_LOTTERY[self.priority.policy]
         return ResolvedMatching.model_validate(self.matching.model_dump() | resolved)
 
     @classmethod

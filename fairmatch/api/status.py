@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from fairmatch.api.deps import Connection, Operators
+from fairmatch.api.deps import Connection, CurrentSettings, Operators
 from fairmatch.services import status as status_service
 
 router = APIRouter(tags=["status"])
@@ -81,6 +81,18 @@ class DatabaseWarning(BaseModel):
     cost: str = Field(description="What it costs fairmatch.")
 
 
+class ShareDrift(BaseModel):
+    setting: str = Field(description="The setting that explains the drift, as the configuration names it.")
+    value: str = Field(description="Its value now.")
+    group: str = Field(description="The group that got more than its share.")
+    achieved_share: float = Field(description="Its fraction of the running jobs over the samples, 0..1.")
+    target_share: float = Field(description="Its configured share over those of the groups that ran or wait, 0..1.")
+    samples: int = Field(description="The running-job samples it was measured over (the latest, with jobs running).")
+    cpu_time: int = Field(description="The longest CPU bucket of the group's waiting jobs, in seconds.")
+    behind: list[str] = Field(description="Groups below their targets whose waiting jobs are all in shorter buckets.")
+    message: str = Field(description="All of it in one sentence, as the console's overview warns.")
+
+
 class Status(BaseModel):
     generated_at: datetime
     totals: JobCounts = Field(description="Jobs in each non-final state.")
@@ -93,12 +105,18 @@ class Status(BaseModel):
         description="PostgreSQL settings that break what fairmatch promises (autovacuum, fsync or "
         "synchronous_commit off); empty when there are none, and on SQLite."
     )
+    share_drift: list[ShareDrift] = Field(
+        description="Groups whose achieved share over the latest running-job samples is at least 20 points "
+        "above their target because of a matching setting (`matching.prefer_longest_cpu = true` with their "
+        "backlog in the longest CPU bucket); empty when there is none."
+    )
 
 
 @router.get("/status", response_model=Status, summary="Jobs per group, match rate, busiest queues (operator)")
 async def status(
     caller: Operators,
     conn: Connection,
+    settings: CurrentSettings,
     top: Annotated[int, Query(ge=1, le=100, description="How many task queues to list.")] = 10,
 ) -> dict:
-    return await status_service.summary(conn, top)
+    return await status_service.summary(conn, top, settings.effective_matching)

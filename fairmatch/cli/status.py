@@ -24,7 +24,8 @@ def status(
     token: TokenOption = None,
 ) -> None:
     """One screen for operators: jobs per group, match rate, busiest task queues, last priority run,
-    last purge, and first, when there are any, the database server's settings that break fairmatch's promises."""
+    last purge, and first, when there are any, the database server's settings that break fairmatch's promises
+    and the groups whose shares a matching setting makes drift."""
     show(call_api(connect(url, token), "GET", f"/status?top={top}"), status_screen)
 
 
@@ -46,6 +47,13 @@ def status_screen(document: dict) -> Group:
         for warning in document["database_warnings"]:
             warnings.add_row(warning["setting"], warning["value"], warning["cost"])
         parts.insert(0, warnings)
+    if document.get("share_drift"):
+        drift = new_table("Shares drifting because of a setting", "setting", "group", "achieved", "target", "samples",
+                          caption="; ".join(d["message"] for d in document["share_drift"]))  # fmt: skip
+        for d in document["share_drift"]:
+            drift.add_row(f"{d['setting']} = {d['value']}", d["group"], f"{d['achieved_share']:.0%}",
+                          f"{d['target_share']:.0%}", str(d["samples"]))  # fmt: skip
+        parts.insert(0, drift)
     return Group(*parts)
 
 

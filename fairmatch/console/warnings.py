@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +31,7 @@ def warnings(
     database_warnings: list[dict[str, Any]],
     sites: list[Any],
     now: datetime,
+    share_drift: Sequence[Mapping[str, Any]] = (),
 ) -> list[str]:
     found = []
     stale = priority_run_state(last_run, interval_seconds, now)
@@ -42,4 +44,5 @@ def warnings(
         for site in sites
         if site.empty_matches >= EMPTY_MATCHES_WARNED and site.matches == 0
     ]
+    found += [drift["message"] for drift in share_drift]  # fairmatch.matching.drift words it
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -56,6 +56,9 @@ def per_level() -> Select:
     return select(tq_jobs.c.tq_id, tq_jobs.c.real_priority, func.count(), func.min(tq_jobs.c.job_id)).group_by(
         tq_jobs.c.tq_id, tq_jobs.c.real_priority
     )
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # before any sample
 
 
 class PriorityDB(AreaDB):
@@ -197,6 +200,18 @@ class PriorityDB(AreaDB):
             .order_by(history_samples.c.sampled_at)
         )  # fmt: skip
         return [(as_utc(at), group, int(n)) for at, group, n in (await self.conn.execute(stmt)).all()]
+
+    async def latest_running(self, samples: int) -> list[tuple[datetime, str, int]]:
+        """The latest `samples` samples (all, when there are fewer), as `running_history` reads them."""
+        oldest = (
+            await self.conn.execute(
+                select(history_samples.c.sampled_at)
+                .order_by(history_samples.c.sampled_at.desc())
+                .offset(samples - 1)
+                .limit(1)
+            )
+        ).scalar()
+        return await self.running_history(as_utc(oldest) if oldest is not None else EPOCH)
 
     # --- task-queue priorities ---------------------------------------------------------------
 

@@ -71,17 +71,19 @@ class StatusDB(AreaDB):
         stmt = select(*counted).where(job_events.c.status == JobStatus.Matched.value, at >= starts[0])
         return [int(n) for n in (await self.conn.execute(stmt)).one()]
 
-    async def waiting(self, top: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
-        """The Waiting jobs per group, and the `top` task queues with the most of them (ties:
-        lower id first): one pass over tq_jobs, which holds exactly the Waiting jobs and is
-        narrower than the jobs table. Window functions hand back only each group's first
-        queue, carrying the group's sum, and the top queues, not a row per queue."""
+    async def waiting(self, top: int) -> tuple[dict[str, int], dict[str, int], list[dict[str, Any]]]:
+        """The Waiting jobs per group, the longest CPU bucket of each group's, and the `top` task
+        queues with the most of them (ties: lower id first): one pass over tq_jobs, which holds
+        exactly the Waiting jobs and is narrower than the jobs table. Window functions hand back
+        only each group's first queue, carrying the group's sum and bucket, and the top queues,
+        not a row per queue."""
         waiting = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id).subquery("waiting")
         tq = task_queues
         ranked = (
             select(
                 tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.priority_class, tq.c.priority, waiting.c.jobs,
                 func.sum(waiting.c.jobs).over(partition_by=tq.c.owner_group).label("group_jobs"),
+                func.max(tq.c.cpu_time).over(partition_by=tq.c.owner_group).label("group_cpu"),
                 func.row_number().over(partition_by=tq.c.owner_group, order_by=tq.c.id).label("in_group"),
                 func.row_number().over(order_by=(waiting.c.jobs.desc(), tq.c.id)).label("rank"),
             )
@@ -90,12 +92,13 @@ class StatusDB(AreaDB):
         )  # fmt: skip
         rows = (await self.conn.execute(select(ranked).where((ranked.c.rank <= top) | (ranked.c.in_group == 1)))).all()
         per_group = {r.owner_group: int(r.group_jobs) for r in rows if r.in_group == 1}
+        cpu_per_group = {r.owner_group: int(r.group_cpu) for r in rows if r.in_group == 1}
         busiest = [
             {"task_queue_id": r.id, "owner": r.owner, "owner_group": r.owner_group,
              "priority_class": r.priority_class, "priority": r.priority, "jobs": int(r.jobs)}
             for r in sorted((r for r in rows if r.rank <= top), key=lambda r: r.rank)
         ]  # fmt: skip
-        return per_group, busiest
+        return per_group, cpu_per_group, busiest
 
     async def last_priority_run(self) -> dict[str, Any] | None:
         """The latest run without its report (which can be large)."""

@@ -3,8 +3,10 @@
 1. the highest priority class, strictly;
 2. the share-holders' TQs among those, whenever there is one (under rank, a
    group without a share runs only when no share-holder's job fits the pilot);
-3. with prefer_longest_cpu, the longest CPU bucket among those;
-4. a lottery over the rest by TQ priority;
+3. only with prefer_longest_cpu (off by default), the longest CPU bucket among
+   those, the 2009 design's order; DIRAC 9 has CPU time only as a condition,
+   which eligibility has applied already;
+4. a lottery over the rest by TQ priority (DIRAC's RAND()/Priority);
 5. inside the TQ, a user-priority level by the same lottery over its jobs'
    real priorities (a level of n jobs weighs n times its real priority).
 """

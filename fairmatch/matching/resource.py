@@ -176,8 +176,8 @@ class ResourceDescription(BaseModel):
     unstated_fields: Literal["strict", "dirac"] | None = Field(
         None,
         description='For this request, what a grid CE, platform or job type left out (or given as `""` or '
-        "`[]`) means: `strict`, only queues listing none; `dirac`, no condition, as DIRAC's TaskQueueDB. "
-        "Default: the `matching.unstated_fields` setting.",
+        "`[]`) means: `dirac`, no condition, as DIRAC's TaskQueueDB; `strict`, only queues listing none. "
+        "Default: the `matching.unstated_fields` setting (itself `dirac` unless set).",
     )
     exclude: Annotated[
         Annotated[list[Exclusion], Field(max_length=MAX_VALUES)] | None, BeforeValidator(_one_or_several_exclusions)
@@ -257,8 +257,8 @@ class ResourceDescription(BaseModel):
         return stated
 
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
-        """The filter. A grid CE, platform or job type left out limits the resource to queues
-        listing none (`strict`), or is no condition at all (`dirac`, as DIRAC's TaskQueueDB)."""
+        """The filter. A grid CE, platform or job type left out is no condition at all (`dirac`,
+        as DIRAC's TaskQueueDB, the default), or limits the resource to queues listing none (`strict`)."""
         unstated: frozenset[str] | None = (
             frozenset() if (self.unstated_fields or options.unstated_fields) == "strict" else None
         )

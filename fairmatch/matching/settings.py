@@ -27,8 +27,12 @@ class MatchingSettings(Section):
     )
     prefer_longest_cpu: bool = Field(
         False,
-        description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket. "
-        "The multifactor policy, where job size is a factor, defaults to false.",
+        description="Among eligible TQs of the top priority class, only draw from the longest CPU bucket "
+        "(the 2009 design's order, CPU time before the lottery). false: CPU time is only a condition (a TQ "
+        "fits when its jobs need no more than the pilot offers) and the priority lottery draws among all that "
+        "fit, as DIRAC 9's TaskQueueDB. true lets a backlog in the longest bucket take every long pilot "
+        "whatever the shares (the status's `share_drift` says when it does); deployments that relied on "
+        "the former default keep it by setting true. Refused under multifactor with a job-size weight.",
     )
     jobs_per_try: int = Field(
         10, ge=1, le=1000, description="Inside a TQ, pick at random among this many lowest job ids."
@@ -56,8 +60,10 @@ class MatchingSettings(Section):
     )
     unstated_fields: Literal["strict", "dirac"] = Field(
         "dirac",
-        description="A grid CE, platform or job type the resource leaves out: `strict` gives it only "
-        "queues that list none; `dirac` (DIRAC's TaskQueueDB) puts no condition on that field.",
+        description="A grid CE, platform or job type the resource leaves out: `dirac` (DIRAC's TaskQueueDB) "
+        "puts no condition on that field; `strict` gives it only queues that list none. Deployments that "
+        "relied on the former default keep it by setting `strict`; a request's own `unstated_fields` "
+        "overrides this.",
     )
     masked_site_job_types: list[Name] = Field(
         default_factory=lambda: ["Test"],

@@ -8,7 +8,7 @@ write, so the two never disagree.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
@@ -87,3 +87,11 @@ def stored_values(
         "priority": priority,
         "description": description,
     }
+
+
+def target_shares(job_shares: Mapping[str, float], active: Iterable[str]) -> dict[str, float]:
+    """Each active group's configured share over the sum of the active groups'
+    (a group unknown to the groups table has the default share)."""
+    configured = {g: float(job_shares.get(g, DEFAULT_JOB_SHARE)) for g in active}
+    total = sum(configured.values())
+    return {g: (s / total if total else 0.0) for g, s in configured.items()}

@@ -65,8 +65,8 @@ Priorities
     one. The raw RANK and its terms are kept in the origin for the operator.
     The band is also stored on the TQ (`task_queues.shareless`): matching keeps
     the highest priority class, then the share-holders' TQs whenever one is
-    eligible for the pilot, and only then (with `prefer_longest_cpu`) the
-    longest CPU bucket, so "shareless only when no share-holder waits" holds
+    eligible for the pilot, and only then (with `prefer_longest_cpu`, off by
+    default) the longest CPU bucket, so "shareless only when no share-holder waits" holds
     whatever the CPU buckets.
 
 A group missing from `groups` is RankGroup(): the default share

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -13,16 +14,22 @@ from fairmatch.db.priorities import PriorityDB
 from fairmatch.db.retention import RetentionDB
 from fairmatch.db.server_settings import dangers
 from fairmatch.db.status import ACTIVE, StatusDB
+from fairmatch.matching.drift import DRIFT_SAMPLES, share_drift
+from fairmatch.matching.settings import MatchingSettings
 
 
-async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
+async def summary(conn: AsyncConnection, top: int, matching: MatchingSettings) -> dict[str, Any]:
     """Jobs per group and in total, the match rate, the `top` busiest queues, the last priority
-    run, the last purge, and the database server's dangerous settings."""
+    run, the last purge, the database server's dangerous settings, and the drift of the
+    achieved shares that a `matching` setting explains."""
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
-        waiting, busiest = await status.waiting(top)
+        priorities = PriorityDB.of(conn)
+        waiting, waiting_cpu, busiest = await status.waiting(top)
         groups = await status.jobs_per_group(waiting)
+        samples = await priorities.latest_running(DRIFT_SAMPLES) if matching.prefer_longest_cpu else []
+        drifts = share_drift(samples, await priorities.group_shares(), waiting_cpu, matching)
         return {
             "generated_at": now,
             "totals": {s.lower(): sum(g[s.lower()] for g in groups) for s in ACTIVE},
@@ -32,6 +39,7 @@ async def summary(conn: AsyncConnection, top: int) -> dict[str, Any]:
             "last_priority_run": await status.last_priority_run(),
             "last_purge": await RetentionDB.of(conn).last_run(),
             "database_warnings": dangers(await status.server_settings()),
+            "share_drift": [asdict(d) | {"message": d.message} for d in drifts],
         }
 
 

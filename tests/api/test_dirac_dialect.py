@@ -123,8 +123,9 @@ def test_a_key_left_out_empty_or_any_puts_no_condition(client):
         assert set(dry_run(client, **DIRAC, **asked)) == everything, asked
     assert set(dry_run(client, **DIRAC, Platform="slc5")) == {tqs["none"]}
     assert set(dry_run(client, **DIRAC, Platform=["slc5", "ubuntu"])) == {tqs["none"], tqs["ubuntu"]}
-    # the service's own default stays strict: a platform left out gets the queues listing none
-    assert set(dry_run(client)) == {tqs["none"]}
+    # the service's own default is DIRAC's rule too; a request may still ask for the strict one
+    assert set(dry_run(client)) == everything
+    assert set(dry_run(client, unstated_fields="strict")) == {tqs["none"]}
 
 
 def test_tags_follow_dirac(client):

@@ -222,8 +222,8 @@ def value_rules():
     """The same rules for grid_ce, platform and job_type (resource key -> TQ field)."""
     for field, key in (("grid_ces", "GridCE"), ("platforms", "Platform"), ("job_types", "JobType")):
 
-        def given(value, key=key):
-            return resource(**{key: value})
+        def given(value, key=key, **rule_fields):
+            return resource(**{key: value}, **rule_fields)
 
         yield rule(
             f"{key}-tq-without-values-accepts-anything",
@@ -238,10 +238,16 @@ def value_rules():
             refuses=[given("Z"), given(["Z", "W"]), given("x")],
         )
         yield rule(
-            f"{key}-no-resource-value-only-gets-tqs-without-values",
+            f"{key}-no-resource-value-is-no-condition-by-default",
             {field: ["X"]},
-            accepts=[given("X")],
-            refuses=[given(None), given([])],
+            accepts=[given("X"), given(None), given([])],
+            refuses=[given("Z")],
+        )
+        yield rule(
+            f"{key}-strict-no-resource-value-only-gets-tqs-without-values",
+            {field: ["X"]},
+            accepts=[given("X", unstated_fields="strict")],
+            refuses=[given(None, unstated_fields="strict"), given([], unstated_fields="strict")],
         )
         yield rule(
             f"{key}-any-lifts-the-condition",
@@ -695,22 +701,24 @@ def test_lower_class_still_matches_where_higher_is_not_eligible(client):
     assert match_ids(client, resource(Site="S1"), 1) == low
 
 
-def test_longest_cpu_bucket_is_drawn_first(client):
-    short = submit(client, 4, cpu_time=3600)
-    long = submit(client, 4, cpu_time=80000)  # bucket 86400
-    short_tq = job(client, short[0])["task_queue_id"]
-    long_tq = job(client, long[0])["task_queue_id"]
-    assert odds(client, resource(CPUTime=BIG)) == {long_tq: 1.0, short_tq: 0.0}
-    # a slot too short for the long bucket draws from the short one
-    assert odds(client, resource(CPUTime=86399)) == {short_tq: 1.0}
+def test_with_prefer_longest_cpu_the_longest_cpu_bucket_is_drawn_first(quiet_server):
+    """The 2009 order, kept as a setting."""
+    with quiet_server(MATCHING__PREFER_LONGEST_CPU="true").client() as client:
+        short = submit(client, 4, cpu_time=3600)
+        long = submit(client, 4, cpu_time=80000)  # bucket 86400
+        short_tq = job(client, short[0])["task_queue_id"]
+        long_tq = job(client, long[0])["task_queue_id"]
+        assert odds(client, resource(CPUTime=BIG)) == {long_tq: 1.0, short_tq: 0.0}
+        # a slot too short for the long bucket draws from the short one
+        assert odds(client, resource(CPUTime=86399)) == {short_tq: 1.0}
 
-    order = match_ids(client, resource(CPUTime=BIG), 8)
-    assert set(order[:4]) == set(long)
-    assert set(order[4:]) == set(short)
+        order = match_ids(client, resource(CPUTime=BIG), 8)
+        assert set(order[:4]) == set(long)
+        assert set(order[4:]) == set(short)
 
 
-def test_without_prefer_longest_cpu_all_buckets_draw_alike(quiet_server):
-    server = quiet_server(MATCHING__PREFER_LONGEST_CPU="false")
+def test_by_default_all_buckets_that_fit_draw_alike_as_in_dirac_9(server):
+    """CPU time is a condition only: the lottery draws over every bucket the pilot's time fits."""
     with server.client() as client:
         short = submit(client, 20, cpu_time=3600)
         long = submit(client, 20, cpu_time=80000)
@@ -734,20 +742,21 @@ def test_exact_lottery_with_equal_priorities_gives_one_in_n(client, n):
     assert math.fsum(tq["probability"] for tq in listed) == pytest.approx(1.0)
 
 
-def test_explain_probabilities_follow_priorities_and_sum_to_one(client):
-    submit_many(client, [{"owner": o, "sites": ["S1"]} for o in ("alice", "bob", "carol", "dave")])
-    submit(client, 1, cpu_time=60, sites=["S1"])  # shorter bucket: not a finalist
-    listed = explain(client, resource())
-    finalists = [tq for tq in listed if tq["cpu_time"] == 3600]
-    others = [tq for tq in listed if tq["cpu_time"] != 3600]
-    assert len(finalists) == 4 and len(others) == 1
-    total = math.fsum(tq["priority"] for tq in finalists)
-    for tq in finalists:
-        assert tq["probability"] == pytest.approx(tq["priority"] / total)
-    assert others[0]["probability"] == 0.0
-    assert math.fsum(tq["probability"] for tq in listed) == pytest.approx(1.0)
-    # explaining claimed nothing
-    assert client.get("/jobs", params={"status": "Matched"}).json()["jobs"] == []
+def test_explain_probabilities_follow_priorities_and_sum_to_one(quiet_server):
+    with quiet_server(MATCHING__PREFER_LONGEST_CPU="true").client() as client:
+        submit_many(client, [{"owner": o, "sites": ["S1"]} for o in ("alice", "bob", "carol", "dave")])
+        submit(client, 1, cpu_time=60, sites=["S1"])  # shorter bucket: not a finalist under the CPU order
+        listed = explain(client, resource())
+        finalists = [tq for tq in listed if tq["cpu_time"] == 3600]
+        others = [tq for tq in listed if tq["cpu_time"] != 3600]
+        assert len(finalists) == 4 and len(others) == 1
+        total = math.fsum(tq["priority"] for tq in finalists)
+        for tq in finalists:
+            assert tq["probability"] == pytest.approx(tq["priority"] / total)
+        assert others[0]["probability"] == 0.0
+        assert math.fsum(tq["probability"] for tq in listed) == pytest.approx(1.0)
+        # explaining claimed nothing
+        assert client.get("/jobs", params={"status": "Matched"}).json()["jobs"] == []
 
 
 def test_explain_with_nothing_eligible_is_an_empty_list(client):
@@ -831,9 +840,9 @@ UNSTATED = [
 @pytest.mark.parametrize(("spec", "other_value"), UNSTATED)
 @pytest.mark.parametrize("mode", ["strict", "dirac"])
 def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(quiet_server, mode, spec, other_value):
-    """strict (the default): a pilot that does not state a grid CE, platform or job type gets
-    only queues listing none. dirac: no condition on that field, as DIRAC's TaskQueueDB. A
-    stated value that differs is refused in both modes."""
+    """dirac (the default): no condition on a grid CE, platform or job type the pilot does not
+    state, as DIRAC's TaskQueueDB. strict: such a pilot gets only queues listing none. A stated
+    value that differs is refused in both modes."""
     with quiet_server(MATCHING__UNSTATED_FIELDS=mode).client() as client:
         job_id, tq_id = submit_one(client, **spec)
         assert odds(client, resource(**other_value)) == {} and match(client, resource(**other_value)) is None
@@ -843,6 +852,16 @@ def test_a_field_the_pilot_leaves_out_follows_matching_unstated_fields(quiet_ser
         else:
             assert odds(client, resource()) == {tq_id: 1.0}
             assert match(client, resource())["job_id"] == job_id
+
+
+def test_by_default_a_pilot_stating_no_job_type_is_matched_a_job_with_one(client):
+    """DIRAC's rule out of the box: the why-not analysis counts nothing under job_type."""
+    job_id, tq_id = submit_one(client, job_types=["MCSimulation"])
+    assert odds(client, resource()) == {tq_id: 1.0}
+    r = client.post("/taskqueues/matching", json=resource())
+    assert r.status_code == 200, r.text
+    assert r.json()["analysis"]["rejected_by"]["job_type"] == 0
+    assert match(client, resource())["job_id"] == job_id
 
 
 @pytest.mark.parametrize("mode", ["strict", "dirac"])

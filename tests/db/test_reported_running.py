@@ -50,3 +50,15 @@ async def test_a_new_report_replaces_the_last_and_a_stale_one_counts_nothing(con
     later = start + timedelta(seconds=FRESH + EVERY)  # no report since: the source went silent
     assert await history.sample(conn, later, EVERY, KEEP, reported_seconds=FRESH)
     assert await averages(conn, later - timedelta(seconds=1), "g") == {}
+
+
+async def test_the_latest_samples_are_the_share_drift_window(conn):
+    """`latest_running(n)`: the n newest samples only, or all of them when there are fewer."""
+    start = utcnow()
+    for minute in range(5):
+        await history.report_running(conn, "dirac", [("g", "a", minute + 1)], start + timedelta(minutes=minute))
+        assert await history.sample(conn, start + timedelta(minutes=minute), EVERY, KEEP, reported_seconds=FRESH)
+    async with read_transaction(conn):
+        db = PriorityDB.of(conn)
+        assert [n for _, _, n in await db.latest_running(3)] == [3, 4, 5]
+        assert [n for _, _, n in await db.latest_running(30)] == [1, 2, 3, 4, 5]

@@ -41,7 +41,7 @@ def test_a_shareless_queue_is_a_finalist_only_when_no_share_holder_s_is_eligible
     assert _ids(catalog, finalists(catalog, catalog.live, prefer_longest_cpu=False)) == [1, 2]
     shareless_only = catalog.live & ~catalog.buckets[3600] & ~catalog.buckets[86400]
     assert _ids(catalog, finalists(catalog, shareless_only, prefer_longest_cpu=True)) == [3, 4]
-    settings = MatchingSettings(lottery=Lottery.exact)
+    settings = MatchingSettings(lottery=Lottery.exact, prefer_longest_cpu=True)
     odds = chances(catalog, catalog.live, settings)
     assert odds[2] == 1.0 and odds[3] == odds[4] == odds[1] == 0.0
     # a run that gives the group a share again moves its queue back to the upper band
@@ -64,8 +64,14 @@ def test_the_next_class_takes_over_when_the_top_one_is_not_eligible():
 
 def test_chances_cover_finalists_only():
     catalog = catalog_of(TQS)
-    odds = chances(catalog, catalog.live, MatchingSettings(lottery=Lottery.exact))
+    odds = chances(catalog, catalog.live, MatchingSettings(lottery=Lottery.exact, prefer_longest_cpu=True))
     assert odds == {1: 0.0, 2: 0.25, 3: 0.75, 4: 0.0}
+
+
+def test_by_default_cpu_time_is_no_order_and_the_lottery_draws_over_every_bucket():
+    """DIRAC 9: the pilot's CPU time was a condition (eligibility); the class, then RAND()/Priority."""
+    catalog = catalog_of(TQS)
+    assert chances(catalog, catalog.live, MatchingSettings(lottery=Lottery.exact)) == {1: 0.2, 2: 0.2, 3: 0.6, 4: 0.0}
 
 
 def test_choose_follows_chances():

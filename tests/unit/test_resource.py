@@ -188,9 +188,15 @@ def test_any_lifts_conditions():
     assert q.tags is None
 
 
-def test_absent_values_restrict_to_unrestricted_queues():
-    q = ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings())
+def test_absent_values_restrict_to_unrestricted_queues_under_the_strict_rule():
+    strict = MatchingSettings(unstated_fields="strict")
+    q = ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(strict)
     assert q.values == {"sites": {"S"}, "grid_ces": set(), "platforms": set(), "job_types": set()}
+
+
+def test_absent_values_are_no_condition_by_default_as_in_dirac():
+    q = ResourceDescription.model_validate({"Site": "S", "CPUTime": 1}).to_query(MatchingSettings())
+    assert q.values == {"sites": {"S"}, "grid_ces": None, "platforms": None, "job_types": None}
 
 
 def test_required_tags_must_be_offered():

@@ -37,9 +37,18 @@ def test_defaults(no_config):
     assert s.taskqueues.cpu_buckets == DIRAC_CPU_BUCKETS
     assert s.matching.lottery is None  # the policy's own, as matching reads it:
     assert s.effective_matching.lottery is Lottery.exact
-    assert s.effective_matching.prefer_longest_cpu is True
     assert s.matching.jobs_per_try == 10
     assert s.jobs.matched_lease_seconds == 7200
+
+
+def test_the_matching_defaults_are_dirac_9s(no_config):
+    """CPU time is a condition, not an order, and a field the pilot leaves out is no condition:
+    under every policy, unless a deployment sets the 2009 order or the strict rule back."""
+    for policy in ("dirac", "rank", "multifactor"):
+        matching = Settings(priority={"policy": policy}).effective_matching
+        assert (matching.prefer_longest_cpu, matching.unstated_fields) == (False, "dirac")
+    kept = Settings(matching={"prefer_longest_cpu": True, "unstated_fields": "strict"}).effective_matching
+    assert (kept.prefer_longest_cpu, kept.unstated_fields) == (True, "strict")
 
 
 def test_toml_file_then_environment(no_config, monkeypatch):
@@ -62,8 +71,8 @@ def test_toml_file_then_environment(no_config, monkeypatch):
 
 def test_default_config_file_is_read_when_present(no_config):
     (no_config / "config").mkdir()
-    (no_config / "config" / "fairmatch.toml").write_text("[matching]\nprefer_longest_cpu = false\n")
-    assert Settings().matching.prefer_longest_cpu is False
+    (no_config / "config" / "fairmatch.toml").write_text("[matching]\nprefer_longest_cpu = true\n")
+    assert Settings().matching.prefer_longest_cpu is True
 
 
 def test_named_config_file_must_exist(no_config, monkeypatch):
@@ -264,10 +273,9 @@ def test_prepared_statements_setting_from_file_and_environment(no_config, monkey
     assert postgresql_connect_args(url, prepared_statements=False)["prepare_threshold"] is None
 
 
-def test_multifactor_draws_over_every_cpu_bucket_unless_told(no_config):
+def test_multifactor_takes_the_cpu_order_only_without_a_job_size_factor(no_config):
     """Under multifactor job size is a factor: narrowing to the longest bucket first would void it."""
     assert Settings(priority={"policy": "multifactor"}).effective_matching.prefer_longest_cpu is False
-    assert Settings(priority={"policy": "dirac"}).effective_matching.prefer_longest_cpu is True
     without_job_size = {"policy": "multifactor", "multifactor": {"weights": {"job_size": 0}}}
     told = Settings(priority=without_job_size, matching={"prefer_longest_cpu": True})
     assert told.effective_matching.prefer_longest_cpu
@@ -312,10 +320,10 @@ def test_the_worked_example_of_the_readme_loads(no_config, monkeypatch):
 def test_the_sections_stay_as_written(no_config):
     """The policy's matching defaults are resolved apart; no section is changed once loaded."""
     s = Settings(priority={"policy": "multifactor"})
-    assert (s.matching.lottery, s.matching.prefer_longest_cpu) == (None, True)
-    assert (s.effective_matching.lottery, s.effective_matching.prefer_longest_cpu) == (Lottery.highest, False)
+    assert s.matching.lottery is None
+    assert s.effective_matching.lottery is Lottery.highest
     with pytest.raises(ValidationError, match="frozen"):
-        s.matching.prefer_longest_cpu = False
+        s.matching.prefer_longest_cpu = True
     with pytest.raises(ValidationError, match="frozen"):
         s.priority.policy = "rank"
 

@@ -340,3 +340,28 @@ def test_an_imported_association_tree_steers_multifactor():
     )  # fmt: skip
     assert achieved(simulate(data))["big"] == pytest.approx(0.5, abs=SHARE_TOLERANCE)
     assert achieved(simulate({**data, "associations": tree}))["big"] > 0.8
+
+
+LONG_CPU = 150_000  # in the 172 800 s bucket, the longest a 200 000 s slot takes
+THREE_EQUAL = dict(groups={g: sharing(1000) for g in ("long", "short_a", "short_b")})
+
+
+def long_cpu_backlog(**matching: Any) -> dict[str, Any]:
+    """Three equal-share groups, one with its backlog in the longest CPU bucket, slots of 200 000 s."""
+    data = scenario(stream("lena", "long", cpu_time=LONG_CPU), stream("sam", "short_a", cpu_time=100),
+                    stream("sid", "short_b", cpu_time=100), hours=24, slots=300, matching=matching, **THREE_EQUAL)  # fmt: skip
+    data["simulation"]["cpu_time"] = 200_000
+    return data
+
+
+def test_by_default_a_long_cpu_backlog_takes_only_its_share():
+    """DIRAC 9's rule: CPU time is a condition, the lottery draws over every bucket (seed 7)."""
+    result = simulate(long_cpu_backlog())
+    assert result.matches > 3_000
+    for group in ("long", "short_a", "short_b"):
+        assert achieved(result)[group] == pytest.approx(1 / 3, abs=SHARE_TOLERANCE)
+
+
+def test_the_2009_cpu_order_gives_a_long_cpu_backlog_every_slot():
+    result = simulate(long_cpu_backlog(prefer_longest_cpu=True))
+    assert achieved(result) == {"long": 1.0, "short_a": 0.0, "short_b": 0.0}

@@ -34,7 +34,7 @@ async def overview(
     if not caller.privileged:
         return RedirectResponse(f"{PREFIX}/jobs", status_code=303)  # users see their own jobs
     settings = request.app.state.settings
-    summary = await status.summary(conn, top=10)
+    summary = await status.summary(conn, top=10, matching=settings.effective_matching)
     now = summary["generated_at"]
     reach = SPANS[span] if span else timedelta(hours=settings.console.share_hours)
     since = now - reach
@@ -49,5 +49,6 @@ async def overview(
         span=next((name for name, length in SPANS.items() if length == reach), None),
         bars=minute_bars(per_minute), bar_width=BAR_WIDTH, bar_height=BAR_HEIGHT, gap=BAR_GAP,
         stale=priority_run_state(summary["last_priority_run"], interval, now),
-        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now),
+        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now,
+                          summary["share_drift"]),
     )  # fmt: skip

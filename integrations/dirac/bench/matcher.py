@@ -673,7 +673,8 @@ def main() -> int:
     ap.add_argument(
         "--prefer-longest-cpu",
         action="store_true",
-        help="keep fairmatch's default matching.prefer_longest_cpu = true (default: false, as DIRAC)",
+        help="run fairmatch with matching.prefer_longest_cpu = true, the 2009 CPU order "
+        "(default: the service's default, false, as DIRAC 9)",
     )
     ap.add_argument("--healthz", type=int, default=2000, help="GET /healthz round trips timed (default 2000)")
     ap.add_argument(
@@ -697,7 +698,7 @@ def main() -> int:
     mariadb = load_mariadb_module()
     mysql = dataclasses.replace(mariadb.MySQL.from_env(), prefix=DB_PREFIX)
     workdir = Path(tempfile.mkdtemp(prefix="fairmatch-dirac-bench-"))
-    extra = {} if args.prefer_longest_cpu else {"FAIRMATCH_MATCHING__PREFER_LONGEST_CPU": "false"}
+    extra = {"FAIRMATCH_MATCHING__PREFER_LONGEST_CPU": "true"} if args.prefer_longest_cpu else {}
     service = Fairmatch(workdir, args.workers, extra)
     cfg = workdir / "dirac.cfg"
     write_dirac_cfg(cfg, mysql, service.url, shares)
