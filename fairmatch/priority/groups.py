@@ -62,14 +62,6 @@ class GroupUpdate(BaseModel):
     description: Description | None = None
 
 
-def target_shares(job_shares: dict[str, float], active: set[str]) -> dict[str, float]:
-    """Each active group's configured share over the sum of the active groups' (a group with
-    no configuration has the default share, as every priority policy gives it)."""
-    configured = {g: float(job_shares.get(g, DEFAULT_JOB_SHARE)) for g in active}
-    total = sum(configured.values())
-    return {g: (s / total if total else 0.0) for g, s in configured.items()}
-
-
 def stored_values(
     job_share: float,
     properties: Iterable[str],
