@@ -16,6 +16,7 @@ import pytest
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.indexes import IndexDB, IndexSize
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.metrics import INDEXES_REBUILT
 from fairmatch.services import retention
 from fairmatch.services.status import summary
@@ -89,7 +90,7 @@ async def test_a_purge_rebuilds_the_bloated_indexes_and_records_it(world_of, clo
         assert after[name].bytes * 10 < before[name].bytes, name
         assert not after[name].bloated(2.0, 0), name
         assert rebuilt_count(name) == counted[name] + 1
-    shown = (await summary(world.conn, 1))["last_purge"]["indexes_rebuilt"]
+    shown = (await summary(world.conn, 1, MatchingSettings()))["last_purge"]["indexes_rebuilt"]
     assert {entry["index"] for entry in shown} == set(rebuilt)
     with psycopg.connect(cloned.url) as conn:  # every job kept is still found through each index
         assert conn.execute("SELECT count(*) FROM jobs WHERE owner LIKE 'user%'").fetchone() == (LOADED // KEEP_EVERY,)
@@ -138,7 +139,7 @@ async def test_sqlite_has_nothing_to_rebuild(world_of):
         assert await IndexDB.of(world.conn).leftovers() == []
     run = await purge(world)
     assert run["indexes_rebuilt"] == []
-    assert (await summary(world.conn, 1))["last_purge"]["indexes_rebuilt"] == []
+    assert (await summary(world.conn, 1, MatchingSettings()))["last_purge"]["indexes_rebuilt"] == []
 
 
 def test_the_need_is_unknown_without_statistics():

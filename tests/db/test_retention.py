@@ -34,6 +34,7 @@ from fairmatch.db.tables import (
 from fairmatch.errors import ArchiveUnavailable
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.matching.resource import ClaimingResource
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.services import jobs as job_service
 from fairmatch.services import matching, retention
 from fairmatch.services.status import summary
@@ -228,7 +229,7 @@ async def test_an_archive_that_cannot_be_written_stops_the_purge_before_it_delet
     )  # fmt: skip
     assert await job_ids(world) == {done}
     assert (await count(world, match_requests), await count(world, pilots)) == (requests, pilot_rows) == (1, 1)
-    assert (await summary(world.conn, 1))["last_purge"]["error"] == run["error"]
+    assert (await summary(world.conn, 1, MatchingSettings()))["last_purge"]["error"] == run["error"]
     with pytest.raises(ArchiveUnavailable, match="archive directory"):
         await retention.purge_jobs(world.conn, world.settings, timedelta(0), ["Done"], dry_run=False, runner="t")
     assert await job_ids(world) == {done}
@@ -338,5 +339,5 @@ async def test_one_purge_at_a_time(world_of):
         assert (await scheduled() is not None) is runs, runner
     assert await job_ids(world) == set()
     assert await scheduled() is None  # the run just finished
-    assert (await summary(world.conn, 1))["last_purge"]["runner"] == "test"  # a finished one
+    assert (await summary(world.conn, 1, MatchingSettings()))["last_purge"]["runner"] == "test"  # a finished one
     assert await purge(world, days_ahead(30)) is not None  # unscheduled: at once

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from fairmatch.db.server_settings import DANGERS, dangers
+from fairmatch.matching.settings import MatchingSettings
 from fairmatch.services import status
 from fairmatch.services.startup import prepare_database
 
@@ -42,7 +43,7 @@ async def test_a_database_with_synchronous_commit_off_is_named_at_start_and_in_t
         await prepare_database(engine, settings)
     async with engine.connect() as conn:
         warnings = await status.database_warnings(conn)
-        overview = await status.summary(conn, 5)
+        overview = await status.summary(conn, 5, MatchingSettings())
     expected = ["synchronous_commit"] if autovacuum == "on" else ["autovacuum", "synchronous_commit"]
     assert [w["setting"] for w in warnings] == expected  # this server's own autovacuum, as it stands
     assert overview["database_warnings"] == warnings
