@@ -69,14 +69,21 @@ def test_signing_in_keeps_the_token_in_a_strict_http_only_cookie_of_the_console(
 
 
 @pytest.mark.parametrize(
-    ("token", "status", "said"),
+    ("make_token", "status", "said"),
     [
-        ("not a token", 401, "not valid"),
-        (create_token(TOKEN_SETTINGS, role=Role.operator, sub="late", ttl_seconds=-60), 401, "expired"),
-        (create_token(TOKEN_SETTINGS, role=Role.pilot, sub="p", ttl_seconds=600), 403, "pilots have no console"),
+        (lambda: "not a token", 401, "not valid"),
+        (lambda: create_token(TOKEN_SETTINGS, role=Role.operator, sub="late", ttl_seconds=-60), 401, "expired"),
+        # made when the test runs: made at collection, it could expire before a long suite reaches it
+        (
+            lambda: create_token(TOKEN_SETTINGS, role=Role.pilot, sub="p", ttl_seconds=600),
+            403,
+            "pilots have no console",
+        ),
     ],
+    ids=["garbage", "expired", "pilot"],
 )
-def test_a_token_the_api_refuses_signs_nobody_in(token_server, clean, token, status, said):
+def test_a_token_the_api_refuses_signs_nobody_in(token_server, clean, make_token, status, said):
+    token = make_token()
     with httpx.Client(base_url=token_server.url) as browser:
         r = browser.post("/ui/sign-in", data={"token": token}, headers={"Origin": token_server.url})
         assert r.status_code == status and said in r.text
