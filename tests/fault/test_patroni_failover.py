@@ -45,7 +45,7 @@ from fairmatch.db.engine import CONNECT_TIMEOUT_SECONDS, POOL_TIMEOUT_SECONDS
 from tests.conftest import Server, TestDatabase, start_server
 from tests.fault.patroni import Node, PatroniCluster
 
-pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(600)]  # the cluster, then the run's hard bound
 
 FAIRMATCH = Path(sys.executable).with_name("fairmatch")  # the venv's console script
 N_JOBS = 5000
