@@ -59,10 +59,8 @@ def test_level_counts_are_exact_after_a_priority_run_and_count_new_jobs(client, 
     assert stored_levels(database, tq_id) == {1.0: 6, 3.0: 2}
     for _ in range(3):
         assert client.post("/match", json=pilot()).status_code == 200
-    # claims are not subtracted until the next run...
-    assert sum(stored_levels(database, tq_id).values()) == 8
+    # the service's own runs may come by at any time; the one asked for here counts what is really waiting
     assert client.post("/priorities/recompute").status_code == 200
-    # ...which counts what is really waiting
     with database.engine().connect() as conn:
         waiting = conn.execute(sa.text("SELECT count(*) FROM tq_jobs WHERE tq_id = :t"), {"t": tq_id}).scalar_one()
     assert sum(stored_levels(database, tq_id).values()) == waiting == 5
