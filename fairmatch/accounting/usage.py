@@ -27,9 +27,9 @@ afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from fairmatch.accounting.settings import AccountingSettings
 
@@ -110,6 +110,50 @@ def value_at(
 def charge_of(cpu_seconds: float, accounting: AccountingSettings) -> float:
     """What a finished job's CPU charges its association."""
     return float(cpu_seconds) * accounting.cpu_weight
+
+
+def charge_for(status: str, cpu_seconds: float | None, accounting: AccountingSettings) -> float | None:
+    """What a job that becomes `status` having used `cpu_seconds` is charged; None: nothing
+    (a status that charges nothing, or no CPU reported)."""
+    if status not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
+        return None
+    return charge_of(cpu_seconds, accounting)
+
+
+# --- the charge log's rows -----------------------------------------------------------------
+
+# Each column of a logged charge that comes from its job: copied from the first of these
+# fields the job has set (the last as it is when none is). The account charged is the job's
+# own, else its owner group: the one statement of that default.
+CHARGED_FROM_JOB: dict[str, tuple[str, ...]] = {
+    "job_id": ("id",),
+    "vo": ("vo",),
+    "owner_group": ("owner_group",),
+    "owner": ("owner",),
+    "account": ("account", "owner_group"),
+}
+
+
+def field_of(job: object, name: str) -> Any:
+    """A job's field, the job a row or a mapping; None when it has none."""
+    return job.get(name) if isinstance(job, Mapping) else getattr(job, name, None)
+
+
+def _first_set(job: object, fields: tuple[str, ...]) -> Any:
+    values = [field_of(job, name) for name in fields]
+    return next((value for value in values if value), values[-1])
+
+
+def charged_account(job: object) -> str:
+    """The account a job (a row, a mapping or a submission) is charged to."""
+    account: str = _first_set(job, CHARGED_FROM_JOB["account"])
+    return account
+
+
+def charge_row(job: object, amount: float, at: datetime) -> dict[str, Any]:
+    """The charge log's row (usage_charges columns) of `job` charged `amount` at `at`."""
+    from_job = {column: _first_set(job, fields) for column, fields in CHARGED_FROM_JOB.items()}
+    return {"charged_at": at, **from_job, "charge": amount}
 
 
 # --- which nodes a job charges -----------------------------------------------------------

@@ -9,12 +9,29 @@ from typing import Any
 from sqlalchemy import ColumnElement, delete, func, insert, select, text, update
 
 from fairmatch.accounting.associations import Association
-from fairmatch.accounting.usage import Charge, Node, Total, WindowedUsage
+from fairmatch.accounting.usage import CHARGED_FROM_JOB, Charge, Node, Total, WindowedUsage
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.tables import associations, usage_charges, usage_totals
 
 FOLD_LOCK = 7_100_003  # beside the priority loop's and the sampler's advisory locks
+
+
+def charge_insert(jobs_rows: str, at: str, amount: str) -> str:
+    """`charge_row` in SQL: the INSERT … SELECT that logs the charge of each row of `jobs_rows` (a
+    relation of jobs rows), `amount` charged at `at` (SQL expressions). Each column is copied
+    from the first of its job fields that is set (CHARGED_FROM_JOB), as `charge_row` copies it."""
+
+    def first_set(fields: tuple[str, ...]) -> str:
+        *before_last, last = (f"{jobs_rows}.{field}" for field in fields)
+        if not before_last:
+            return last
+        unless_empty = [f"NULLIF({field}, '')" for field in before_last]
+        return f"COALESCE({', '.join(unless_empty)}, {last})"
+
+    columns = ", ".join(["charged_at", *CHARGED_FROM_JOB, "charge"])
+    values = ", ".join([at, *map(first_set, CHARGED_FROM_JOB.values()), amount])
+    return f"INSERT INTO usage_charges ({columns})\n    SELECT {values}\n    FROM {jobs_rows}"
 
 
 class AccountingDB(AreaDB):

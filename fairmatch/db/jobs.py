@@ -13,7 +13,7 @@ the caller's scope is not found, nor locked.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -22,9 +22,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import ColumnElement, Select, and_, bindparam, delete, false, insert, select, true, update
 from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
+from fairmatch.accounting.usage import charge_row
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
-from fairmatch.db.accounting import AccountingDB
+from fairmatch.db.accounting import AccountingDB, charge_insert
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
 from fairmatch.db.batches import batches_of
 from fairmatch.db.raw import Row
@@ -32,6 +33,7 @@ from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, sta
 from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import FINAL, NO_HEARTBEAT, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
+from fairmatch.jobs.transition import REPORTED_COLUMNS, ReportTransition
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
 
 # a job's spec, beside its jobs row wherever the whole job is read
@@ -109,22 +111,12 @@ def _visible_sql(scope: JobScope) -> tuple[str, dict[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class StatusReport:
-    """A pilot's status report as the jobs table takes it (a return to Waiting is a reschedule)."""
+    """A pilot's status report to one job: its transition, the time it says was used, and who reports."""
 
     job_id: int
-    status: JobStatus
-    from_statuses: tuple[str, ...]  # the statuses a job may be in to take this one
-    starting_from: tuple[str, ...]  # the statuses from which taking this one starts the job
-    minor_status: str | None  # what the job's minor status becomes (None: none)
-    keeping_minor_from: tuple[str, ...]  # the statuses in which the job keeps its minor status instead
-    cpu_seconds: float | None
-    wall_seconds: float | None
-    at: datetime
-    finishes: bool  # a final status: the job's finished_at is set
-    charged: bool  # a status that charges the job's CPU seconds
-    charge: Callable[[float | None], float | None]  # what the job's CPU seconds cost with it; None: nothing
+    transition: ReportTransition
     used: UsedTime  # the CPU and wall seconds reported, which physics bounds
-    by: str  # who reports: the caller's identity
+    by: str  # the caller's identity
 
 
 class Reported(NamedTuple):
@@ -371,42 +363,28 @@ class JobDB(AreaDB):
 
     async def report(self, report: StatusReport, scope: JobScope) -> Reported:
         """Take a status report in a transaction of its own: under the row lock, the job takes
-        the status if it may, with its event when the status changes and its charge when it is charged."""
+        the report's transition from the status it is in, if it may."""
+        transition = report.transition
         async with self.conn.begin():
             locked = await self.lock_state(report.job_id, scope)
             if locked is None:
                 return Reported(None, None)
             before = JobStatus(locked.status)
-            if before.value not in report.from_statuses:
+            if before not in transition.taken_from:
                 return Reported(before, None)
             if report.used.cpu_seconds is not None or report.used.wall_seconds is not None:
                 tags = (await self.requirements_of(report.job_id)).get("tags", ())
                 problem = report.used.problem(as_utc(locked.matched_at), processors_of(tags))
                 if problem is not None:
                     return Reported(before, None, problem)
-            values: dict[str, Any] = {"status": report.status.value, "heartbeat_at": report.at}
-            if before.value not in report.keeping_minor_from:
-                values["minor_status"] = report.minor_status
-            for field in ("cpu_seconds", "wall_seconds"):
-                if getattr(report, field) is not None:
-                    values[field] = getattr(report, field)
-            if before is JobStatus.Matched:  # the pilot answered: the lease is over
-                values["lease_expires_at"] = None
-            if before.value in report.starting_from:  # confirmed: the job starts
-                values["started_at"] = report.at
-            if report.finishes:
-                values["finished_at"] = report.at
-            job = await self.update(report.job_id, **values)
-            if before is not report.status:  # a heartbeat is not an event
+            job = await self.update(report.job_id, **transition.values(before))
+            if transition.writes_event(before):
                 await self.record_events(
-                    [report.job_id], report.status, report.at, "api", report.minor_status, by=report.by
+                    [report.job_id], transition.status, transition.at, "api", transition.minor_status, by=report.by
                 )
-            amount = report.charge(job.cpu_seconds)
+            amount = transition.charge(job.cpu_seconds)
             if amount is not None:
-                await AccountingDB.of(self.conn).log_charge({
-                    "charged_at": report.at, "job_id": job.id, "vo": job.vo, "owner_group": job.owner_group,
-                    "owner": job.owner, "account": job.account, "charge": amount,
-                })  # fmt: skip
+                await AccountingDB.of(self.conn).log_charge(charge_row(job, amount, transition.at))
         return Reported(before, job)
 
 
@@ -450,25 +428,22 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         return ids
 
     async def report(self, report: StatusReport, scope: JobScope) -> Reported:
-        """One autocommitted statement (`_REPORT`) on the driver's connection, sharing a round
+        """One autocommitted statement (`_report_sql`) on the driver's connection, sharing a round
         trip and a commit with the process's concurrent claims and reports, when the report
         carries what the job is charged; otherwise the charge is the CPU seconds the job
         stored before, read under the row lock in a transaction."""
-        if (report.charged and report.cpu_seconds is None) or not report.used.fits_one_processor():
+        transition = report.transition
+        if transition.needs_stored_cpu_seconds or not report.used.fits_one_processor():
             return await super().report(report, scope)
         where, scope_params = _visible_sql(scope)
         # in this process's next batch of hot statements (fairmatch/db/batches.py)
         row: Any = await batches_of(self.conn.engine).run(self.conn, _report_sql(where), {
-            "job_id": report.job_id, "status": report.status.value, "from_statuses": list(report.from_statuses),
-            "starting_from": list(report.starting_from), "keeping_minor_from": list(report.keeping_minor_from),
-            "at": report.at, "minor_status": report.minor_status, "cpu_seconds": report.cpu_seconds,
-            "wall_seconds": report.wall_seconds, "finished_at": report.at if report.finishes else None,
-            "charge": report.charge(report.cpu_seconds), "latest_match": report.used.latest_match(), "by": report.by,
-            **scope_params,
+            **_transition_params(transition), "job_id": report.job_id, "by": report.by,
+            "latest_match": report.used.latest_match(), **scope_params,
         })  # fmt: skip
         assert row is not None, "the statement answers one row, found or not"
         before = None if row.status_before is None else JobStatus(row.status_before)
-        if row.id is None and before is not None and before.value in report.from_statuses:
+        if row.id is None and before is not None and before in transition.taken_from:
             # refused for the time it reports, as one processor: checked again with the job's own
             return await super().report(report, scope)
         return Reported(before, None if row.id is None else row)
@@ -487,10 +462,12 @@ _COPY_SPECS = "COPY job_specs (job_id, requirements, payload) FROM STDIN"
 _COPY_WAITING = "COPY tq_jobs (job_id, tq_id, user_priority, real_priority) FROM STDIN"
 _COPY_EVENTS = "COPY job_events (job_id, status, at, source, by) FROM STDIN"
 
-# A status report in one statement: lock the job if the caller sees it, change it if it may
-# take the status, record the event (not for a heartbeat) and the charge (bound, computed by
-# the caller) with it, and answer the whole job after with the status before (NULL: not
-# found; no job: refused). Every value is bound; the scope's text has fixed parameter names.
+# A status report in one statement: lock the job if the caller sees it, apply the report's
+# transition from the status found (each column's value where the transition sets it there, its
+# event where it is one), log the charge (bound, computed by the caller) with it, and answer the
+# whole job after with the status before (NULL: not found; no job: refused). The SET list and
+# the charge are rendered from the transition's columns and the charge log's rule; every value
+# is bound, so the text is one for every report; the scope's text has fixed parameter names.
 _REPORT = """
 WITH locked AS MATERIALIZED (
     SELECT jobs.id, jobs.status FROM jobs
@@ -498,34 +475,20 @@ WITH locked AS MATERIALIZED (
     FOR UPDATE
 ), changed AS (
     UPDATE jobs
-    SET status = CAST(%(status)s AS varchar),
-        heartbeat_at = %(at)s,
-        minor_status = CASE WHEN locked.status = ANY(CAST(%(keeping_minor_from)s AS varchar[])) THEN jobs.minor_status
-                            ELSE CAST(%(minor_status)s AS varchar) END,
-        cpu_seconds = COALESCE(CAST(%(cpu_seconds)s AS float8), jobs.cpu_seconds),
-        wall_seconds = COALESCE(CAST(%(wall_seconds)s AS float8), jobs.wall_seconds),
-        -- confirmed: the job starts
-        started_at = CASE WHEN locked.status = ANY(CAST(%(starting_from)s AS varchar[])) THEN %(at)s
-                          ELSE jobs.started_at END,
-        -- the pilot answered: the lease is over
-        lease_expires_at = CASE WHEN locked.status = 'Matched' THEN NULL ELSE jobs.lease_expires_at END,
-        finished_at = COALESCE(CAST(%(finished_at)s AS timestamptz), jobs.finished_at)
+    SET {changes}
     FROM locked
-    WHERE jobs.id = locked.id AND locked.status = ANY(CAST(%(from_statuses)s AS varchar[]))
+    WHERE jobs.id = locked.id AND locked.status = ANY(CAST(%(taken_from)s AS varchar[]))
       -- the time reported, for one processor: UsedTime.latest_match
       AND (CAST(%(latest_match)s AS timestamptz) IS NULL OR jobs.matched_at IS NULL
            OR jobs.matched_at <= CAST(%(latest_match)s AS timestamptz))
     RETURNING jobs.*
 ), event AS (
     INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    SELECT changed.id, changed.status, CAST(%(minor_status)s AS varchar), %(at)s, 'api', CAST(%(by)s AS varchar)
+    SELECT changed.id, changed.status, CAST(%(event_minor_status)s AS varchar), %(at)s, 'api', CAST(%(by)s AS varchar)
     FROM changed JOIN locked ON locked.id = changed.id
-    WHERE locked.status <> changed.status
+    WHERE locked.status = ANY(CAST(%(event_from)s AS varchar[]))
 ), charge AS (
-    INSERT INTO usage_charges (charged_at, job_id, vo, owner_group, owner, account, charge)
-    SELECT %(at)s, changed.id, changed.vo, changed.owner_group, changed.owner, changed.account,
-           CAST(%(charge)s AS float8)
-    FROM changed
+    {charge}
     WHERE CAST(%(charge)s AS float8) IS NOT NULL
 )
 SELECT locked.status AS status_before, changed.*, job_specs.requirements, job_specs.payload
@@ -536,9 +499,39 @@ LEFT JOIN job_specs ON job_specs.job_id = changed.id
 """
 
 
+def _column_change(name: str) -> str:
+    """A reported column's SET item: the transition's value where the status before is one in
+    which it sets the column, else what the column holds."""
+    sql_type = jobs.c[name].type.compile(dialect=postgresql_psycopg.dialect())
+    return (
+        f"{name} = CASE WHEN locked.status = ANY(CAST(%({name}_when)s AS varchar[])) "
+        f"THEN CAST(%({name})s AS {sql_type}) ELSE jobs.{name} END"
+    )
+
+
 @lru_cache(maxsize=64)
 def _report_sql(visible_sql: str) -> str:
-    return _REPORT.format(visible=visible_sql)
+    return _REPORT.format(
+        visible=visible_sql,
+        changes=",\n        ".join(map(_column_change, REPORTED_COLUMNS)),
+        charge=charge_insert("changed", at="%(at)s", amount="CAST(%(charge)s AS float8)"),
+    )
+
+
+def _statuses(statuses: frozenset[JobStatus]) -> list[str]:
+    return sorted(status.value for status in statuses)
+
+
+def _transition_params(transition: ReportTransition) -> dict[str, Any]:
+    """The transition as `_report_sql`'s parameters: each column's value and where it is set,
+    the event, the charge."""
+    columns = {name: change.value for name, change in transition.columns.items()}
+    where = {f"{name}_when": _statuses(change.when) for name, change in transition.columns.items()}
+    return {
+        **columns, **where, "taken_from": _statuses(transition.taken_from), "at": transition.at,
+        "event_from": _statuses(transition.event_from), "event_minor_status": transition.minor_status,
+        "charge": transition.charge(transition.cpu_seconds),
+    }  # fmt: skip
 
 
 def job_dict(row: Any) -> dict[str, Any]:

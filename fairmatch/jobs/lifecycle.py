@@ -70,6 +70,11 @@ def starts(current: JobStatus, new: JobStatus) -> bool:
     return current is JobStatus.Matched and new is JobStatus.Running
 
 
+def ends_lease(current: JobStatus, new: JobStatus) -> bool:
+    """Whether `current -> new` ends the job's lease: its pilot answered the match."""
+    return current is JobStatus.Matched and new is not JobStatus.Matched
+
+
 # the minor statuses of the changes the service makes itself (DIRAC's words where DIRAC has them)
 ASSIGNED = "Assigned"  # matched, as DIRAC's Matcher records it
 KILLED = "Marked for termination"  # killed, as DIRAC's job manager records it

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
+from fairmatch.accounting.usage import charged_account
 from fairmatch.fields import NAMES_TEXT_FORMS, Int, Name, NameList
 
 MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
@@ -88,7 +89,7 @@ class JobSpec(BaseModel):
     @property
     def charged_account(self) -> str:
         """The account the job's usage is charged to: the one given, else its owner group."""
-        return self.account or self.owner_group
+        return charged_account(self)
 
 
 class SubmitRequest(BaseModel):

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.accounting.associations import Association
 from fairmatch.accounting.settings import AccountingSettings
-from fairmatch.accounting.usage import CHARGED_STATUSES, Node, charge_of, current_usage, fold
+from fairmatch.accounting.usage import Node, charge_for, charge_row, current_usage, field_of, fold
 from fairmatch.clock import utcnow
 from fairmatch.db.accounting import AccountingDB
 from fairmatch.db.engine import read_transaction
@@ -21,36 +21,20 @@ def _accounting(settings: Settings | AccountingSettings) -> AccountingSettings:
     return settings if isinstance(settings, AccountingSettings) else settings.accounting
 
 
-def _job_field(job_row: Any, name: str) -> Any:
-    return job_row.get(name) if isinstance(job_row, dict) else getattr(job_row, name, None)
-
-
-def charge_for(status: str, cpu_seconds: float | None, settings: Settings | AccountingSettings) -> float | None:
-    """What a job that becomes `status` having used `cpu_seconds` is charged; None: nothing
-    (a status that charges nothing, or no CPU reported)."""
-    if status not in CHARGED_STATUSES or not cpu_seconds or cpu_seconds <= 0:
-        return None
-    return charge_of(cpu_seconds, _accounting(settings))
-
-
 async def charge(conn: AsyncConnection, job_row: Any, now: datetime, settings: Settings | AccountingSettings) -> float:
     """Log a finished job's charge; returns it.
 
     Call inside the transaction that made the job Done or Failed, so the
     charge commits (or rolls back) with the transition: a job is charged
     exactly once. Only a row is appended: the totals are folded from the log
-    later (`fold_charges`). A job without `cpu_seconds`, or in another
-    state, charges nothing.
+    later (`fold_charges`). A job (a row or a mapping) without `cpu_seconds`,
+    or in another state, charges nothing.
     """
-    amount = charge_for(_job_field(job_row, "status"), _job_field(job_row, "cpu_seconds"), settings)
+    status, cpu_seconds = field_of(job_row, "status"), field_of(job_row, "cpu_seconds")
+    amount = charge_for(status, cpu_seconds, _accounting(settings))
     if amount is None:
         return 0.0
-    group = _job_field(job_row, "owner_group")
-    await AccountingDB.of(conn).log_charge({
-        "charged_at": now, "job_id": _job_field(job_row, "id"), "vo": _job_field(job_row, "vo"),
-        "owner_group": group, "owner": _job_field(job_row, "owner"),
-        "account": _job_field(job_row, "account") or group, "charge": amount,
-    })  # fmt: skip
+    await AccountingDB.of(conn).log_charge(charge_row(job_row, amount, now))
     return amount
 
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.accounting.usage import CHARGED_STATUSES
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.engine import read_transaction
@@ -21,9 +19,10 @@ from fairmatch.db.jobs import JobDB, StatusReport, job_dict
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, InvalidInput, NotFound
 from fairmatch.jobs.filters import JobFilter, JobOrder
-from fairmatch.jobs.lifecycle import FINAL, KILLED, RESCHEDULABLE, JobStatus, allowed, keeps_minor_status, starts
+from fairmatch.jobs.lifecycle import FINAL, KILLED, RESCHEDULABLE, JobStatus, allowed
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
+from fairmatch.jobs.transition import report_transition
 from fairmatch.services import accounting, taskqueues
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
@@ -129,9 +128,8 @@ async def report_status(
     422 for more time used than physics allows), with its event and, when it finishes, its
     charge; the whole job after.
 
-    The transition, the charge and the scope are decided here and by their own rules
-    (`allowed`, `starts`, `charge_for`, the scope's SQL); the data layer applies them in one
-    step (on PostgreSQL one statement). Waiting is a reschedule, `counted` in the job's
+    The transition and its charge are stated once (`report_transition`), the scope by its own
+    rule; the data layer applies them in one step (on PostgreSQL one statement). Waiting is a reschedule, `counted` in the job's
     reschedules when its pilot hands it back (past `jobs.max_reschedules` the job fails)."""
     new = JobStatus(report.status)
     now = utcnow()
@@ -149,25 +147,11 @@ async def report_status(
         )
         assert rescheduled is not None  # without `only_if` the job always moves
         return rescheduled
-    reported = await JobDB.of(conn).report(
-        StatusReport(
-            job_id=job_id,
-            status=new,
-            from_statuses=tuple(s.value for s in JobStatus if allowed(s, new)),
-            starting_from=tuple(s.value for s in JobStatus if starts(s, new)),
-            minor_status=report.minor_status,
-            keeping_minor_from=tuple(s.value for s in JobStatus if keeps_minor_status(s, new, report.minor_status)),
-            cpu_seconds=report.cpu_seconds,
-            wall_seconds=report.wall_seconds,
-            at=now,
-            finishes=new in FINAL,
-            charged=new.value in CHARGED_STATUSES,  # with the transition, or not at all
-            charge=partial(accounting.charge_for, new.value, settings=settings),
-            used=UsedTime(report.cpu_seconds, report.wall_seconds, now, settings.jobs.clock_skew_seconds),
-            by=by,
-        ),
-        scope,
+    transition = report_transition(
+        new, report.minor_status, report.cpu_seconds, report.wall_seconds, now, settings.accounting
     )
+    used = UsedTime(report.cpu_seconds, report.wall_seconds, now, settings.jobs.clock_skew_seconds)
+    reported = await JobDB.of(conn).report(StatusReport(job_id, transition, used, by), scope)
     if reported.before is None:
         raise missing(job_id)
     if reported.out_of_bounds is not None:

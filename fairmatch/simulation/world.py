@@ -18,7 +18,16 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from fairmatch.accounting.associations import Association
-from fairmatch.accounting.usage import Charge, Node, Total, WindowedUsage, charge_of, current_usage, fold
+from fairmatch.accounting.usage import (
+    Charge,
+    Node,
+    Total,
+    WindowedUsage,
+    charge_of,
+    charge_row,
+    current_usage,
+    fold,
+)
 from fairmatch.jobs.classes import JobClass
 from fairmatch.jobs.models import JobSpec
 from fairmatch.jobs.submission import requirements_key, requirements_of
@@ -157,9 +166,10 @@ class World:
         return done
 
     def _charge(self, who: Submitter, amount: float, seconds: float) -> None:
-        charge = Charge(self.at(seconds), who.account, who.owner, amount)
+        row = charge_row(who, amount, self.at(seconds))  # as the service logs it
+        charge = Charge(row["charged_at"], row["account"], row["owner"], row["charge"])
         fold(self._usage, [charge], self._parents, self.settings.accounting)
-        key = (who.vo, who.owner_group, who.owner)
+        key = (row["vo"], row["owner_group"], row["owner"])
         times, sums = self._charge_times.setdefault(key, []), self._charged.setdefault(key, [])
         times.append(seconds)
         sums.append((sums[-1] if sums else 0.0) + amount)
