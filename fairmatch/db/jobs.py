@@ -519,7 +519,13 @@ def _report_sql(visible_sql: str) -> str:
 
 
 def _statuses(statuses: frozenset[JobStatus]) -> list[str]:
-    return sorted(status.value for status in statuses)
+    """A set of statuses as a parameter."""
+    return list(_sorted_values(statuses))
+
+
+@lru_cache(maxsize=256)  # the same few sets, report after report
+def _sorted_values(statuses: frozenset[JobStatus]) -> tuple[str, ...]:
+    return tuple(sorted(status.value for status in statuses))
 
 
 def _transition_params(transition: ReportTransition) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from fairmatch.accounting.settings import AccountingSettings
@@ -84,31 +85,53 @@ def report_transition(
 ) -> ReportTransition:
     """The transition of a report of `status` (not Waiting: that is a reschedule) with the
     minor status, CPU and wall seconds it states (None: none)."""
+    where = _where(status, minor_status)
+    always, never = where.taken_from, frozenset[JobStatus]()
+    columns = {
+        "status": ColumnChange(status.value, always),
+        "minor_status": ColumnChange(minor_status, where.minor_status_set),
+        "heartbeat_at": ColumnChange(at, always),
+        "cpu_seconds": ColumnChange(cpu_seconds, never if cpu_seconds is None else always),
+        "wall_seconds": ColumnChange(wall_seconds, never if wall_seconds is None else always),
+        "started_at": ColumnChange(at, where.starting),
+        "lease_expires_at": ColumnChange(None, where.ending_lease),
+        "finished_at": ColumnChange(at, always if status in FINAL else never),
+    }
+    return ReportTransition(
+        status=status,
+        at=at,
+        taken_from=where.taken_from,
+        columns=columns,
+        event_from=where.changing,
+        minor_status=minor_status,
+        cpu_seconds=cpu_seconds,
+        accounting=accounting,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """The statuses before in which a report of a status does each thing."""
+
+    taken_from: frozenset[JobStatus]
+    minor_status_set: frozenset[JobStatus]
+    starting: frozenset[JobStatus]
+    ending_lease: frozenset[JobStatus]
+    changing: frozenset[JobStatus]
+
+
+@lru_cache(maxsize=1024)  # a report's status and minor status: a few pairs, the same again and again
+def _where(status: JobStatus, minor_status: str | None) -> _Where:
     taken_from = frozenset(before for before in JobStatus if allowed(before, status))
 
     def where(rule: Callable[[JobStatus], bool]) -> frozenset[JobStatus]:
         return frozenset(before for before in taken_from if rule(before))
 
-    always, never = taken_from, frozenset[JobStatus]()
-    columns = {
-        "status": ColumnChange(status.value, always),
-        # a heartbeat that states none keeps it; anything else sets what it states, or none
-        "minor_status": ColumnChange(minor_status, where(lambda b: not keeps_minor_status(b, status, minor_status))),
-        "heartbeat_at": ColumnChange(at, always),
-        "cpu_seconds": ColumnChange(cpu_seconds, never if cpu_seconds is None else always),
-        "wall_seconds": ColumnChange(wall_seconds, never if wall_seconds is None else always),
-        "started_at": ColumnChange(at, where(lambda b: starts(b, status))),  # confirmed: the job starts
-        "lease_expires_at": ColumnChange(None, where(lambda b: ends_lease(b, status))),  # the pilot answered
-        "finished_at": ColumnChange(at, always if status in FINAL else never),
-    }
-    assert tuple(columns) == REPORTED_COLUMNS
-    return ReportTransition(
-        status=status,
-        at=at,
+    return _Where(
         taken_from=taken_from,
-        columns=columns,
-        event_from=where(lambda b: b is not status),  # a heartbeat is not an event
-        minor_status=minor_status,
-        cpu_seconds=cpu_seconds,
-        accounting=accounting,
+        # a heartbeat that states none keeps it; anything else sets what it states, or none
+        minor_status_set=where(lambda b: not keeps_minor_status(b, status, minor_status)),
+        starting=where(lambda b: starts(b, status)),  # confirmed: the job starts
+        ending_lease=where(lambda b: ends_lease(b, status)),  # the pilot answered
+        changing=where(lambda b: b is not status),  # a heartbeat is not an event
     )
