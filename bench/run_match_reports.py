@@ -8,8 +8,10 @@ queued and prioritised by the service's own code. Then one client, in process
 (httpx over ASGI to `create_app` with its lifespan running: the service without
 the socket), sends `--matches` times a pilot's POST /match (naming its pilot, so
 the pilot record is written with the claim) and, for the job it got, the pilot's
-report that it runs: each request waits for the one before. Prints matches per
-second per round, and their median as JSON.
+report that it runs: each request waits for the one before. Prints per round the
+matches per second and the CPU time of this process (all its threads: SQLite runs in
+a thread of its own) per match and report, and their medians as JSON. On a machine
+shared with other work the CPU time is the steadier figure.
 
 SQLite: a database file in a temporary directory. PostgreSQL: a database of its own
 (`fairmatch_match_reports_bench`) beside $FAIRMATCH_BENCH_PG_URL (default
@@ -58,13 +60,13 @@ async def _fill(settings: Settings, jobs: int) -> None:
         await engine.dispose()
 
 
-async def _pilots(settings: Settings, matches: int) -> float:
-    """Seconds for `matches` matches, each followed by its job's Running report."""
+async def _pilots(settings: Settings, matches: int) -> tuple[float, float]:
+    """Seconds and CPU seconds for `matches` matches, each followed by its job's Running report."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)  # from 127.0.0.1: served as admin without auth
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for n in range(matches):
                 pilot = {"Site": "BENCH.site.org", "CPUTime": 10**6, "PilotReference": f"pilot-{n % 50}"}
                 answer = await client.post("/api/v1/match", json=pilot)
@@ -73,15 +75,16 @@ async def _pilots(settings: Settings, matches: int) -> float:
                 job_id = answer.json()["job_id"]
                 report = await client.post(f"/api/v1/jobs/{job_id}/status", json={"status": "Running"})
                 report.raise_for_status()
-            return time.perf_counter() - started
+            return time.perf_counter() - started, time.process_time() - cpu
 
 
-def _round(url: str, args: argparse.Namespace) -> float:
-    """Matches per second of one round on a fresh database at `url`."""
+def _round(url: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Matches per second and CPU ms a match (with its report) of one round on a fresh database at `url`."""
     migrate.upgrade(url)
     settings = GivenSettings(database_url=url)
     asyncio.run(_fill(settings, args.jobs))
-    return args.matches / asyncio.run(_pilots(settings, args.matches))
+    seconds, cpu = asyncio.run(_pilots(settings, args.matches))
+    return args.matches / seconds, cpu / args.matches * 1000
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,20 +95,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     admin_url = os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_ADMIN_URL)
-    rates = []
+    rates, cpu = [], []
     for n in range(args.rounds):
         if args.backend == "sqlite":
             with tempfile.TemporaryDirectory() as directory:
-                rates.append(_round(f"sqlite:///{Path(directory) / 'bench.db'}", args))
+                rate, ms = _round(f"sqlite:///{Path(directory) / 'bench.db'}", args)
         else:
             url = run_env.reset_database(admin_url, DATABASE)
             try:
-                rates.append(_round(url, args))
+                rate, ms = _round(url, args)
             finally:
                 run_env.drop_database(admin_url, DATABASE)
-        print(f"round {n + 1}: {rates[-1]:.0f} matches/s", flush=True)
+        rates.append(rate)
+        cpu.append(ms)
+        print(f"round {n + 1}: {rate:.0f} matches/s, {ms:.2f} CPU ms a match", flush=True)
     report = {"backend": args.backend, "jobs": args.jobs, "matches": args.matches, "rounds": args.rounds,
-              "matches_per_s": round(statistics.median(rates), 1)}  # fmt: skip
+              "matches_per_s": round(statistics.median(rates), 1),
+              "cpu_ms_per_match": round(statistics.median(cpu), 3)}  # fmt: skip
     print(json.dumps(report))
 
 
