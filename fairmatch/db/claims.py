@@ -278,7 +278,7 @@ class ClaimDB(AreaDB):
         return cls._backends[conn.dialect.name](conn, Claiming(claimant, rng, on_batch))
 
     @property
-    def _claims(self) -> Claiming:
+    def _setup(self) -> Claiming:
         if self._claiming is None:
             raise TypeError("a claim needs its claimant: ClaimDB.claiming(conn, claimant, rng)")
         return self._claiming
@@ -286,7 +286,7 @@ class ClaimDB(AreaDB):
     async def claim(self, target: ClaimTarget) -> Outcome:
         """Claim one job of the target in a transaction of its own; with limits, only if it passes."""
         now = utcnow()
-        who = self._claims.claimant
+        who = self._setup.claimant
         params = {
             "tq_id": target.tq_id,
             "level": target.level,
@@ -350,7 +350,7 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self._claims.on_batch)
+        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self._setup.on_batch)
         return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
@@ -363,7 +363,7 @@ class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
             return await self._claim_step(target, params)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        params = {**params, "draw": self._claims.rng.random()}
+        params = {**params, "draw": self._setup.rng.random()}
         removed = (await self.conn.execute(_SQLITE_REMOVE[target.job_id is not None], params)).scalar()
         if removed is not None:
             params["claimed"] = removed
