@@ -293,7 +293,7 @@ def test_the_checker_finds_every_kind_of_dangling_reference() -> None:
 def test_the_checker_accepts_what_exists() -> None:
     page = ROOT / "docs" / "sample-page.md"
     text = (
-        "The claim is in `fairmatch/db/claims.py` (`catalog.py`, `db/sqlite_claim.py`), its tests in `tests/db/`.\n"
+        "The claim is in `fairmatch/db/claims.py` (`catalog.py`, `db/pilots.py`), its tests in `tests/db/`.\n"
         'Start with README "Quick start (30 seconds)".\n'
         "Set `priority.interval_seconds`, `matching.*`, `groups.<name>.job_share`,\n"
         '`site_limits."LCG.CERN.cern".running_limit.JobType`, `priority.multifactor.weights.{fairshare,age}`,\n'

@@ -5,17 +5,24 @@ the drawn user-priority level, or the one job asked for) are ordered at
 random and the first one nobody else holds is locked (`FOR UPDATE SKIP
 LOCKED` under a LIMIT 1: exactly one row is locked, locked rows are passed
 over, never waited for). It is then removed from tq_jobs, marked Matched (or
-HandedOff, final and without a lease, when the request hands it off), its event and idempotency key recorded, the pilot that took it (when it names its
+HandedOff, final and without a lease, when the request hands it off), its
+event and idempotency key recorded, the pilot that took it (when it names its
 reference) created or updated in `pilots` - all or nothing, committed before
 the answer leaves. It writes the job's narrow state row only; the answer reads
-the requirements and payload from job_specs, which a claim never writes. It runs on the driver's own connection (fairmatch/db/raw.py),
-and the claims of concurrent requests of a process share a round trip and a
-commit (fairmatch/db/batches.py), with the status reports. A claim checked against site limits
-runs in the request's own transaction instead, with the check.
+the requirements and payload from job_specs, which a claim never writes. It
+runs on the driver's own connection (fairmatch/db/raw.py), and the claims of
+concurrent requests of a process share a round trip and a commit
+(fairmatch/db/batches.py), with the status reports. A claim checked against
+site limits runs in the request's own transaction instead, with the check.
 
-SQLite: the same steps inside one BEGIN IMMEDIATE transaction, which holds
-the database write lock, so no other claim can interleave; they run in the
-driver's worker thread in one go (fairmatch/db/sqlite_claim.py).
+SQLite: the same steps as a few statements in one BEGIN IMMEDIATE transaction,
+which holds the database write lock, so no other claim can interleave. The
+candidate is drawn with the match's own random generator: its draw is bound
+into the statement that removes the job from tq_jobs.
+
+What a claim writes is declared once for both: the jobs columns it sets
+(`CLAIM_SETS`, their values computed in `ClaimDB.claim`) and the pilot's
+record (fairmatch/db/pilots.py).
 
 With site limits in the target, the claimed job is checked against them in
 the claim's own transaction, and the claim rolled back if it breaks one.
@@ -32,16 +39,33 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    String,
+    bindparam,
+    cast,
+    column,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    table,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.batches import batches_of
 from fairmatch.db.limits import LimitDB
-from fairmatch.db.raw import Row
-from fairmatch.db.sqlite_claim import claim_in_thread
-from fairmatch.db.tables import job_specs, jobs, match_requests, tq_jobs
+from fairmatch.db.pilots import claimed_by_pilot
+from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, site_limits, tq_jobs
 from fairmatch.errors import DuplicateRequest, UniqueViolation
 from fairmatch.jobs.lifecycle import ASSIGNED, JobStatus
 from fairmatch.limits.rules import SiteLimits
@@ -64,6 +88,21 @@ class Claimant:
     # the job leaves for good (HandedOff, final, no lease) instead of being Matched
     handoff: bool = False
 
+
+# The jobs columns a claim sets, each with the claim parameter that holds its value
+# (`ClaimDB.claim` computes them): rendered into both backends' statements.
+CLAIM_SETS = {
+    "status": "status",
+    "minor_status": "minor_status",
+    "site": "site",
+    "pilot_reference": "pilot_reference",
+    "grid_ce": "grid_ce",
+    "matched_by": "requester",
+    "matched_at": "now",
+    "lease_expires_at": "lease_until",
+    "finished_at": "finished_at",
+    "task_queue_id": "tq_id",
+}
 
 _LEVEL_CANDIDATES = """
         SELECT job_id FROM tq_jobs
@@ -95,16 +134,7 @@ WITH picked AS MATERIALIZED (
     RETURNING t.job_id
 ), matched AS (
     UPDATE jobs
-    SET status = %(status)s,
-        minor_status = %(minor_status)s,
-        site = %(site)s,
-        pilot_reference = %(pilot_reference)s,
-        grid_ce = %(grid_ce)s,
-        matched_by = %(requester)s,
-        matched_at = %(now)s,
-        lease_expires_at = %(lease_until)s,
-        finished_at = %(finished_at)s,
-        task_queue_id = %(tq_id)s
+    SET {sets}
     FROM removed
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
@@ -116,20 +146,7 @@ WITH picked AS MATERIALIZED (
     SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s, CAST(%(request_resource)s AS json) FROM matched
     WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
 ), pilot AS (
-    INSERT INTO pilots AS p (reference, requester, site, grid_ce, benchmark, first_seen, last_seen,
-                             matches, empty_matches, current_job_id)
-    SELECT CAST(%(pilot_reference)s AS varchar), %(requester)s, %(site)s, %(grid_ce)s,
-           CAST(%(benchmark)s AS float8), %(now)s, %(now)s, 1, 0, id
-    FROM matched
-    WHERE CAST(%(pilot_reference)s AS varchar) IS NOT NULL AND CAST(%(site)s AS varchar) IS NOT NULL
-    ON CONFLICT (reference) DO UPDATE
-    SET requester = excluded.requester,
-        site = excluded.site,
-        grid_ce = excluded.grid_ce,
-        benchmark = COALESCE(excluded.benchmark, p.benchmark),
-        last_seen = excluded.last_seen,
-        matches = p.matches + 1,
-        current_job_id = excluded.current_job_id
+    {pilot}
 )
 SELECT matched.*, spec.requirements, spec.payload,
        CASE WHEN matched.id IS NULL THEN
@@ -144,8 +161,98 @@ LEFT JOIN matched ON true
 LEFT JOIN job_specs AS spec ON spec.job_id = matched.id
 """
 
-CLAIM_LEVEL = _CLAIM_SQL.format(candidates=_LEVEL_CANDIDATES)
-CLAIM_NAMED = _CLAIM_SQL.format(candidates=_NAMED_CANDIDATE)
+
+def _postgresql_claim(candidates: str) -> str:
+    """The claim statement with these candidates: the jobs columns of CLAIM_SETS, the pilot's
+    record compiled for psycopg (its parameters are the claim's, by name)."""
+    pilot = claimed_by_pilot(postgresql.insert, column("id"), table("matched"))
+    return _CLAIM_SQL.format(
+        candidates=candidates,
+        sets=",\n        ".join(f"{name} = %({param})s" for name, param in CLAIM_SETS.items()),
+        pilot=str(pilot.compile(dialect=psycopg_dialect())),
+    )
+
+
+CLAIM_LEVEL = _postgresql_claim(_LEVEL_CANDIDATES)
+CLAIM_NAMED = _postgresql_claim(_NAMED_CANDIDATE)
+
+
+def _candidates(named: bool) -> Any:
+    """The SQLite claim's candidates, as the PostgreSQL statement's: the level's lowest ids, or the named job."""
+    stmt = select(tq_jobs.c.job_id).where(tq_jobs.c.tq_id == bindparam("tq_id"))
+    if named:
+        return stmt.where(tq_jobs.c.job_id == bindparam("job_id"))
+    return (
+        stmt.where(tq_jobs.c.real_priority == bindparam("level", type_=Float))
+        .order_by(tq_jobs.c.job_id)
+        .limit(bindparam("candidates", type_=Integer))
+    )
+
+
+_SITE_LIMITED = exists().where(site_limits.c.site == bindparam("site"))
+
+
+def _removing(named: bool) -> Any:
+    """The SQLite claim's first step: the candidate at `draw` (in [0, 1)) of the candidates in id
+    order removed from tq_jobs, its id returned; none when the site has limits and the claim is
+    not guarded (a claim without a site-limit guard only runs where no limit applies)."""
+    candidates = _candidates(named).subquery()
+    count = select(func.count()).select_from(candidates).scalar_subquery()
+    drawn = (
+        select(candidates.c.job_id)
+        .where(or_(bindparam("guarded", type_=Boolean), ~_SITE_LIMITED))
+        .order_by(candidates.c.job_id)
+        .limit(1)
+        .offset(cast(bindparam("draw", type_=Float) * count, Integer))
+    )
+    return delete(tq_jobs).where(tq_jobs.c.job_id == drawn.scalar_subquery()).returning(tq_jobs.c.job_id)
+
+
+def _spec(name: str) -> Any:
+    return select(job_specs.c[name]).where(job_specs.c.job_id == jobs.c.id).correlate(jobs).scalar_subquery()
+
+
+_CLAIMED = bindparam("claimed", type_=jobs.c.id.type)
+_SQLITE_REMOVE = {named: _removing(named) for named in (False, True)}
+# the job marked as claimed, with its spec and whether its queue is now empty (the job is out of it)
+_SQLITE_MATCH = (
+    update(jobs)
+    .where(jobs.c.id == _CLAIMED, jobs.c.status == JobStatus.Waiting.value)
+    .values({name: bindparam(param, type_=jobs.c[name].type) for name, param in CLAIM_SETS.items()})
+    .returning(
+        *jobs.c,
+        _spec("requirements").label("requirements"),
+        _spec("payload").label("payload"),
+        ~exists().where(tq_jobs.c.tq_id == bindparam("tq_id")).label("tq_now_empty"),
+    )
+)
+_SQLITE_EVENT = insert(job_events).values(
+    job_id=_CLAIMED, status=bindparam("status"), minor_status=bindparam("minor_status"),
+    at=bindparam("now"), source="match", by=bindparam("requester"),
+)  # fmt: skip
+# the request's matching fields arrive as JSON text, stored as they are
+_SQLITE_REQUEST = insert(match_requests).values(
+    requester=bindparam("requester"), request_id=bindparam("request_id"), job_id=_CLAIMED,
+    created_at=bindparam("now"), resource=bindparam("request_resource", type_=String),
+)  # fmt: skip
+_SQLITE_PILOT = claimed_by_pilot(sqlite.insert, _CLAIMED)
+# why nothing was claimed: the probes of the PostgreSQL statement
+_SQLITE_MISSED = select(
+    _SITE_LIMITED.label("site_limited"),
+    exists()
+    .where(tq_jobs.c.tq_id == bindparam("tq_id"), tq_jobs.c.real_priority == bindparam("level", type_=Float))
+    .label("level_left"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Claiming:
+    """One match's claims: who claims, the generator the candidate is drawn with, and who hears
+    how many claims each shared round trip carried (PostgreSQL)."""
+
+    claimant: Claimant
+    rng: random.Random
+    on_batch: Callable[[int], None] | None = None
 
 
 class ClaimDB(AreaDB):
@@ -155,9 +262,9 @@ class ClaimDB(AreaDB):
     PostgreSQL one autocommitted statement); the other methods run in the caller's.
     """
 
-    claimant: Claimant
-    rng: random.Random
-    on_batch: Callable[[int], None] | None = None
+    def __init__(self, conn: AsyncConnection, claiming: Claiming | None = None) -> None:
+        super().__init__(conn)
+        self._claiming = claiming
 
     @classmethod
     def claiming(
@@ -167,16 +274,19 @@ class ClaimDB(AreaDB):
         rng: random.Random,
         on_batch: Callable[[int], None] | None = None,
     ) -> ClaimDB:
-        """The claim port of this connection's backend, for one claimant. `on_batch` hears
-        how many claims each shared round trip carried (PostgreSQL)."""
-        claims = cls.of(conn)
-        claims.claimant, claims.rng, claims.on_batch = claimant, rng, on_batch
-        return claims
+        """The claim port of this connection's backend, for one claimant."""
+        return cls._backends[conn.dialect.name](conn, Claiming(claimant, rng, on_batch))
+
+    @property
+    def _setup(self) -> Claiming:
+        if self._claiming is None:
+            raise TypeError("a claim needs its claimant: ClaimDB.claiming(conn, claimant, rng)")
+        return self._claiming
 
     async def claim(self, target: ClaimTarget) -> Outcome:
         """Claim one job of the target in a transaction of its own; with limits, only if it passes."""
         now = utcnow()
-        who = self.claimant
+        who = self._setup.claimant
         params = {
             "tq_id": target.tq_id,
             "level": target.level,
@@ -240,7 +350,7 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self.on_batch)
+        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self._setup.on_batch)
         return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
@@ -249,18 +359,24 @@ class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
 
 class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        return await self._in_thread(target, params, own_transaction=True)
+        async with self.conn.begin():  # BEGIN IMMEDIATE: the write lock, for the whole claim
+            return await self._claim_step(target, params)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        return await self._in_thread(target, params, own_transaction=False)
-
-    async def _in_thread(
-        self, target: ClaimTarget, params: dict[str, Any], *, own_transaction: bool
-    ) -> Claimed | Missed:
-        named = target.job_id is not None
-        draw = self.rng.random()
-        row = await claim_in_thread(self.conn, params, named=named, draw=draw, own_transaction=own_transaction)
-        return _outcome(Row(row))
+        params = {**params, "draw": self._setup.rng.random()}
+        removed = (await self.conn.execute(_SQLITE_REMOVE[target.job_id is not None], params)).scalar()
+        if removed is not None:
+            params["claimed"] = removed
+            job = (await self.conn.execute(_SQLITE_MATCH, params)).first()
+            if job is not None:
+                await self.conn.execute(_SQLITE_EVENT, params)
+                if params["request_id"] is not None:
+                    await self.conn.execute(_SQLITE_REQUEST, params)
+                await self.conn.execute(_SQLITE_PILOT, params)
+                return Claimed(job=job, tq_now_empty=job.tq_now_empty)
+            # no longer Waiting: its stale queue entry is gone with the claim
+        probes = (await self.conn.execute(_SQLITE_MISSED, params)).one()
+        return Missed(level_empty=not probes.level_left, site_limited=probes.site_limited)
 
 
 def _statement(target: ClaimTarget) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from fairmatch.db import errors, sqlite_driver
+from fairmatch.db import errors
 from fairmatch.errors import DatabaseUnavailable
 
 APPLICATION_NAME = "fairmatch"
@@ -32,6 +32,7 @@ POSTGRESQL_CONNECT_ARGS = {
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
+SQLITE_BUSY_SECONDS = 30
 
 
 def parse_url(url: str) -> URL:
@@ -99,9 +100,8 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
     setting) for a PgBouncer in transaction mode. SQLite ignores it."""
     parsed = normalise_url(url)
     if is_sqlite(parsed):
-        positional, keywords = parsed.get_dialect()().create_connect_args(parsed)
-        opened_with = (positional, {**keywords, "timeout": 30})
-        engine = create_async_engine(parsed, async_creator=sqlite_driver.connector(opened_with))
+        # sqlite3's own wait for a lock held by another connection, before SQLITE_BUSY
+        engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_SECONDS})
         _make_sqlite_transactional(engine)
     else:
         engine = _postgresql_engine(parsed, pool_size, prepared_statements)
@@ -141,7 +141,7 @@ def _make_sqlite_transactional(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

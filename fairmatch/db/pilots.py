@@ -1,30 +1,35 @@
 """Pilots SQL: the pilots on record, and the empty matches written in bulk.
 
-A claim that takes a job creates or updates its pilot in the claim's own
-statement (fairmatch/db/claims.py, fairmatch/db/sqlite_claim.py). The 204s a
-process answered are counted in memory and added here, every pilot of a
-flush in one statement (`add_empty_matches`); a pilot first seen on a 204 is
-created with no match.
+A pilot's record is written by one rule (`recording`), on both backends: by
+the claim that takes a job, in the claim's own transaction (`claimed_by_pilot`,
+used by fairmatch/db/claims.py), and by the flush of the 204s a process
+answered, counted in memory and added here, every pilot of a flush in one
+statement (`add_empty_matches`); a pilot first seen on a 204 is created with
+no match.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     ARRAY,
+    ColumnElement,
     DateTime,
     Float,
+    FromClause,
     Integer,
     String,
+    Table,
     bindparam,
     case,
     column,
     func,
     literal,
+    literal_column,
     select,
     tuple_,
 )
@@ -66,8 +71,11 @@ Cursor = tuple[datetime, str]
 _EMPTY_COLUMNS = ("reference", "requester", "site", "grid_ce", "benchmark", "first_seen", "last_seen", "empty_matches")
 
 
-def _adding_empty(stmt: PostgresInsert | SQLiteInsert) -> Any:
-    """The upsert of a flush: a known pilot gets the new 204s added, its latest place and time."""
+def recording(stmt: PostgresInsert | SQLiteInsert) -> Any:
+    """An insert of pilot records that updates the record of a pilot already known: its latest
+    requester, site and CE, its benchmark when it gave one, the later of the two last-seen times
+    (a claim may be written after the 204s it follows), the matches and empty matches added, and
+    the job it took last (kept by a record that took none)."""
     new = stmt.excluded
     return stmt.on_conflict_do_update(
         index_elements=[pilots.c.reference],
@@ -76,11 +84,40 @@ def _adding_empty(stmt: PostgresInsert | SQLiteInsert) -> Any:
             "site": new.site,
             "grid_ce": new.grid_ce,
             "benchmark": func.coalesce(new.benchmark, pilots.c.benchmark),
-            # a claim of the same pilot may have been written after the 204s it follows
             "last_seen": case((new.last_seen > pilots.c.last_seen, new.last_seen), else_=pilots.c.last_seen),
+            "matches": pilots.c.matches + new.matches,
             "empty_matches": pilots.c.empty_matches + new.empty_matches,
+            "current_job_id": func.coalesce(new.current_job_id, pilots.c.current_job_id),
         },
     )
+
+
+def claimed_by_pilot(insert: Callable[[Table], Any], job_id: ColumnElement[Any], *source: FromClause) -> Any:
+    """The record of the pilot that claimed `job_id` (read from `source`, if any): one match more.
+
+    Its values are the claim's parameters (pilot_reference, requester, site, grid_ce,
+    benchmark, now); a claim whose pilot names no reference, or a hand-off that names no
+    site, puts no pilot on record. `insert` is the backend's (`postgresql.insert`, `sqlite.insert`).
+    """
+    reference = bindparam("pilot_reference", type_=pilots.c.reference.type)
+    site = bindparam("site", type_=pilots.c.site.type)
+    now = bindparam("now", type_=pilots.c.last_seen.type)
+    values = select(
+        reference.label("reference"),
+        bindparam("requester", type_=pilots.c.requester.type).label("requester"),
+        site.label("site"),
+        bindparam("grid_ce", type_=pilots.c.grid_ce.type).label("grid_ce"),
+        bindparam("benchmark", type_=pilots.c.benchmark.type).label("benchmark"),
+        now.label("first_seen"),
+        now.label("last_seen"),
+        literal_column("1").label("matches"),
+        literal_column("0").label("empty_matches"),
+        job_id.label("current_job_id"),
+    )
+    if source:
+        values = values.select_from(*source)
+    values = values.where(reference.is_not(None), site.is_not(None))
+    return recording(insert(pilots).from_select([c.name for c in values.selected_columns], values))
 
 
 def pilot_dict(row: Any) -> dict[str, Any]:
@@ -192,7 +229,7 @@ def _postgres_flush() -> Any:
     )
     source = select(*(rows.c[name] for name in _EMPTY_COLUMNS), literal(0, Integer).label("matches"))
     stmt = PostgresInsert(pilots).from_select([*_EMPTY_COLUMNS, "matches"], source)
-    return _adding_empty(stmt)
+    return recording(stmt)
 
 
 _POSTGRES_FLUSH = _postgres_flush()
@@ -212,7 +249,7 @@ class PostgresPilotDB(PostgresStatements, PilotDB, dialect="postgresql"):
             await self.conn.execute(_POSTGRES_FLUSH, {name: [r[name] for r in rows] for name in _EMPTY_COLUMNS})
 
 
-_SQLITE_FLUSH = _adding_empty(
+_SQLITE_FLUSH = recording(
     SQLiteInsert(pilots).values(
         {name: bindparam(name, type_=pilots.c[name].type) for name in _EMPTY_COLUMNS} | {"matches": 0}
     )

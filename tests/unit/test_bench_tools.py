@@ -524,3 +524,20 @@ def test_the_sqlite_claim_bench_says_when_the_queues_run_dry():
 
     with pytest.raises(SystemExit, match="ran dry"):
         run_sqlite_claim.main(["--task-queues", "2", "--jobs", "10", "--matches", "50", "--rounds", "1"])
+
+
+def test_sequential_matches_and_reports_are_timed_on_sqlite(capsys, monkeypatch):
+    from bench import run_match_reports
+
+    monkeypatch.delenv("FAIRMATCH_DATABASE_URL", raising=False)
+    run_match_reports.main(["--backend", "sqlite", "--jobs", "30", "--matches", "12", "--rounds", "1"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["backend"], report["jobs"], report["matches"], report["rounds"]) == ("sqlite", 30, 12, 1)
+    assert report["matches_per_s"] > 0 and report["cpu_ms_per_match"] > 0
+
+
+def test_the_match_and_report_bench_says_when_the_queues_run_dry():
+    from bench import run_match_reports
+
+    with pytest.raises(SystemExit, match="204"):
+        run_match_reports.main(["--backend", "sqlite", "--jobs", "3", "--matches", "5", "--rounds", "1"])
