@@ -34,6 +34,7 @@ from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.tables import jobs, pilots
+from fairmatch.matching.pilots import PilotSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +84,19 @@ def _adding_empty(stmt: PostgresInsert | SQLiteInsert) -> Any:
     )
 
 
-def pilot_dict(row: Any) -> dict[str, Any]:
+def pilot_of(row: Any) -> PilotSummary:
     """A pilots row as the API shows it."""
-    return {
-        "reference": row.reference,
-        "site": row.site,
-        "grid_ce": row.grid_ce,
-        "benchmark": row.benchmark,
-        "first_seen": as_utc(row.first_seen),
-        "last_seen": as_utc(row.last_seen),
-        "matches": row.matches,
-        "empty_matches": row.empty_matches,
-        "current_job_id": row.current_job_id,
-    }
+    return PilotSummary(
+        reference=row.reference,
+        site=row.site,
+        grid_ce=row.grid_ce,
+        benchmark=row.benchmark,
+        first_seen=as_utc(row.first_seen),
+        last_seen=as_utc(row.last_seen),
+        matches=row.matches,
+        empty_matches=row.empty_matches,
+        current_job_id=row.current_job_id,
+    )
 
 
 class PilotDB(AreaDB):
