@@ -59,11 +59,13 @@ def test_job_answers_match_the_published_schema(client, conforms):
     specs = [
         {"owner": "alice", "owner_group": "g", "sites": ["S1"], "tags": ["2Processors"], "max_ram_mb": 4000,
          "external_id": "run-1", "payload": {"executable": "run.sh", "arguments": ["--events", 10], "env": None}},
-        {"owner": "bob", "owner_group": "g", "sites": ["S1"], "user_priority": 3, "external_id": "run-2"},
+        {"owner": "bob", "owner_group": "g", "sites": ["S1"], "user_priority": 3},
+        # elsewhere: no pilot here takes these, which stay waiting until withdrawn and killed
+        {"owner": "carol", "owner_group": "h", "sites": ["S2"], "external_id": "run-3"},
         {"owner": "carol", "owner_group": "h", "sites": ["S2"]},
     ]  # fmt: skip
     submitted = conforms(client.post("/jobs", json={"jobs": specs}), "post", "/jobs")["jobs"]
-    first, second, third = (job["job_id"] for job in submitted)
+    first, second, _, fourth = (job["job_id"] for job in submitted)
 
     assert conforms(client.get(f"/jobs/{first}"), "get", "/jobs/{job_id}")["payload"] == specs[0]["payload"]
     conforms(client.get("/jobs", params={"limit": 2}), "get", "/jobs")
@@ -101,8 +103,8 @@ def test_job_answers_match_the_published_schema(client, conforms):
                          "post", "/taskqueues/matching")  # fmt: skip
     assert explained["task_queues"]
 
-    conforms(client.delete("/jobs/by-external-id/run-2"), "delete", "/jobs/by-external-id/{external_id}")
-    conforms(client.delete(f"/jobs/{third}"), "delete", "/jobs/{job_id}")
+    conforms(client.delete("/jobs/by-external-id/run-3"), "delete", "/jobs/by-external-id/{external_id}")
+    conforms(client.delete(f"/jobs/{fourth}"), "delete", "/jobs/{job_id}")
     while client.post("/match", json=PILOT).status_code == 200:
         pass  # the rest, until none is left
     assert conforms(client.post("/match", json=PILOT), "post", "/match") is None  # 204, no body
