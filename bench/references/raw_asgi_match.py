@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 
 from fairmatch.api import matching as matching_api
@@ -49,7 +48,7 @@ def create_raw_app(settings: Settings | None = None) -> Any:
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        answer = orjson.dumps(job, option=orjson.OPT_UTC_Z)
+        answer = job.model_dump_json().encode()
         headers = [*JSON, (b"content-length", str(len(answer)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})

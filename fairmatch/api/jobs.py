@@ -8,7 +8,6 @@ from datetime import timedelta
 from functools import partial
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from fairmatch.api.deps import Admin, AnyRole, Connection, CurrentSettings, PilotsAndOperators, Submitters, connection
@@ -120,12 +119,12 @@ async def list_jobs(caller: AnyRole, conn: Connection, query: Annotated[JobQuery
 
 
 @router.get("/{job_id}", response_model=Job, summary="One job")
-async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
+async def get_job(job_id: JobId, caller: AnyRole, conn: Connection) -> Job:
     return await jobs.get(conn, job_id, policy.job_scope(caller))
 
 
 @router.get("/by-external-id/{external_id}", response_model=Job, summary="The job known by a submitter's id")
-async def get_job_by_external_id(external_id: ExternalId, caller: AnyRole, conn: Connection) -> dict:
+async def get_job_by_external_id(external_id: ExternalId, caller: AnyRole, conn: Connection) -> Job:
     """The unfinished job holding the external id, else the newest job that held it (the id is
     free again once its job finished or was handed off). 404 when no job the caller sees has it."""
     return await jobs.by_external_id(conn, external_id, policy.job_scope(caller))
@@ -142,7 +141,7 @@ async def get_job_by_external_id(external_id: ExternalId, caller: AnyRole, conn:
     },
     summary="Withdraw the waiting job known by a submitter's id",
 )
-async def withdraw_job(external_id: ExternalId, caller: Submitters, conn: Connection) -> dict:
+async def withdraw_job(external_id: ExternalId, caller: Submitters, conn: Connection) -> Job:
     """The Waiting or Held job holding the id leaves its task queue for good and ends Killed,
     as DIRAC's `deleteJob` takes a job out of its TaskQueueDB. 404 when no unfinished job the
     caller sees holds the id; users withdraw their own jobs only."""
@@ -169,7 +168,7 @@ async def job_history(job_id: JobId, caller: AnyRole, conn: Connection) -> dict:
 )
 async def change_priority(
     job_id: JobId, body: PriorityChange, caller: Submitters, conn: Connection, settings: CurrentSettings
-) -> dict:
+) -> Job:
     """Users may only lower the priority class of their own jobs and set the user
     priority 0..10; admins and operators may set anything. A Waiting job moves to
     the task queue of its new class at once; any other non-final job keeps the
@@ -178,7 +177,7 @@ async def change_priority(
     job = await reprioritise.change_priority(
         conn, job_id, body, settings, check_class=check_class, scope=policy.job_scope(caller), by=caller.sub
     )
-    now = {"user_priority": job["user_priority"], "priority_class": job["priority_class"]}
+    now = {"user_priority": job.user_priority, "priority_class": job.priority_class}
     await audit.record(
         conn, caller.sub, "job.priority", str(job_id), {"asked": body.model_dump(mode="json"), "new": now}
     )
@@ -196,7 +195,7 @@ async def change_priority(
     },
     summary="Put a Matched or Stalled job back in its task queue",
 )
-async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, settings: CurrentSettings) -> dict:
+async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, settings: CurrentSettings) -> Job:
     """The owner's (or an operator's or admin's) own reschedule, as DIRAC's
     `dirac-wms-job-reschedule`: it does not count in the job's `reschedules`, which bound
     only the returns nobody asked for (a pilot handing the job back, a lapsed lease, a
@@ -210,7 +209,7 @@ async def reschedule_job(job_id: JobId, caller: Submitters, conn: Connection, se
 
 
 @router.delete("/{job_id}", response_model=Job, summary="Kill a job")
-async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> dict:
+async def kill_job(job_id: JobId, caller: Submitters, conn: Connection) -> Job:
     return await jobs.kill(conn, job_id, policy.job_scope(caller), by=caller.sub)
 
 
@@ -227,5 +226,5 @@ async def report_status(job_id: JobId, body: StatusUpdate, caller: PilotsAndOper
         job = await jobs.report_status(
             conn, job_id, body, settings, policy.job_scope(caller), by=caller.sub, counted=policy.return_counts(caller)
         )
-    # the job comes from the database as the schema describes it: encoded, not validated again
-    return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")
+    # the job was validated as it was read: encoded by its model, not validated a second time
+    return Response(job.model_dump_json(), media_type="application/json")

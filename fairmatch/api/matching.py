@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Path, Request, Response
 
 from fairmatch.api.deps import (
@@ -50,8 +49,8 @@ async def match(resource: ClaimingResource, caller: Pilots, request: Request) ->
         )
     if job is None:
         return Response(status_code=204)
-    # the job comes from the database as the schema describes it: encoded, not validated again
-    return Response(orjson.dumps(job, option=orjson.OPT_UTC_Z), media_type="application/json")
+    # the job was validated as it was read: encoded by its model, not validated a second time
+    return Response(job.model_dump_json(), media_type="application/json")
 
 
 @router.post(
@@ -66,7 +65,7 @@ async def matching_task_queues(
     return await service.explain(conn, resource, context.settings, context.keeper, include_empty=resource.include_empty)
 
 
-def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
+def _visible_task_queues(caller: Principal, tqs: list[TaskQueue]) -> list[TaskQueue]:
     """The queues of `tqs` the caller sees (users: those of their own jobs)."""
     restrictions = policy.queue_restrictions(caller)
     return [tq for tq in tqs if policy.sees_queue(restrictions, tq)]
@@ -101,7 +100,9 @@ async def delete_task_queue(tq_id: TaskQueueId, caller: Operators, conn: Connect
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
-async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection) -> dict:
+async def get_task_queue(
+    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection
+) -> TaskQueue:
     found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")

@@ -98,6 +98,6 @@ async def get_pilot(
     ],
     caller: PilotsAndOperators,
     conn: Connection,
-) -> dict:
+) -> Pilot:
     """A pilot may read only its own pilots: another's answers 404, as one not on record."""
     return await pilot_service.get_pilot(conn, reference, _own_only(caller))

@@ -1,13 +1,18 @@
-"""What the API answers (the OpenAPI schema is generated from these)."""
+"""What the API answers (the OpenAPI schema is generated from these). The shapes the data
+layer reads (a job, a task queue, a pilot) are declared in their own areas and named here."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue, create_model
+from pydantic import BaseModel, Field, create_model
 
+from fairmatch.jobs.views import Job
 from fairmatch.matching.eligibility import CONDITION_NAMES
+from fairmatch.matching.pilots import Pilot as Pilot
+from fairmatch.matching.pilots import PilotSummary
+from fairmatch.taskqueues.views import TaskQueue
 
 
 class SubmittedJob(BaseModel):
@@ -26,72 +31,6 @@ class PurgeResult(BaseModel):
     finished_before: datetime = Field(description="The jobs purged (or counted) finished before this.")
     jobs: dict[str, int] = Field(description="Jobs deleted (a dry run: that would be) per final status.")
     archived: int = Field(description="Jobs written to the archive (retention.archive_dir) before deletion.")
-
-
-class Job(BaseModel):
-    job_id: int
-    external_id: str | None = Field(description="The submitter's own id for the job (DIRAC's JobID), if given.")
-    status: str
-    minor_status: str | None = Field(
-        description="Free text beside the status, as in DIRAC: `Assigned` once matched; then what the pilot's "
-        "reports state, or none. Every change of status sets its own (none when it states none), so nothing "
-        "a former status said stays; a heartbeat that states none keeps the one there is. The service's own "
-        "changes state why: `Marked for termination` (killed), `Put on hold`, `Released from hold`, "
-        "`matched lease expired`, `no heartbeat`, `Stalled too long`."
-    )
-    task_queue_id: int | None = Field(
-        description="The TQ the job waits in (Waiting), or was matched from (match answers)."
-    )
-    owner: str
-    owner_group: str
-    vo: str
-    account: str = Field(description="The Slurm account usage is charged to.")
-    cpu_time: int = Field(description="CPU seconds requested.")
-    cpu_bucket: int | None = Field(description="The CPU-time segment the job was queued under.")
-    sites: list[str]
-    banned_sites: list[str]
-    grid_ces: list[str]
-    platforms: list[str]
-    job_types: list[str]
-    tags: list[str]
-    min_ram_mb: int = Field(description="The memory (MB) the job needs; 0: none.")
-    max_ram_mb: int = Field(description="The most memory (MB) the job may use, which the pilot enforces; 0: no limit.")
-    user_priority: int
-    priority_class: int
-    job_class: str | None
-    payload: JsonValue
-    site: str | None
-    pilot_reference: str | None = Field(description="The pilot that took the job (its `PilotReference`).")
-    grid_ce: str | None = Field(description="The CE the job was matched through, when the pilot named exactly one.")
-    submitted_at: datetime
-    matched_at: datetime | None
-    lease_expires_at: datetime | None
-    started_at: datetime | None
-    heartbeat_at: datetime | None
-    finished_at: datetime | None
-    cpu_seconds: float | None
-    wall_seconds: float | None
-    reschedules: int = Field(
-        description="Returns to Waiting the owner did not ask for (lease ran out, stalled, handed back by its pilot)."
-    )
-
-
-class PilotSummary(BaseModel):
-    """A pilot on record: one that asked for a job naming its `PilotReference`."""
-
-    reference: str
-    site: str = Field(description="Where it last asked for a job.")
-    grid_ce: str | None = Field(description="The CE it runs behind, when it named exactly one.")
-    benchmark: float | None = Field(description="The last `PilotBenchmark` it sent.")
-    first_seen: datetime
-    last_seen: datetime
-    matches: int = Field(description="Jobs it took.")
-    empty_matches: int = Field(description="Requests it got no job for (204), written within about a second.")
-    current_job_id: int | None = Field(description="The job it took last.")
-
-
-class Pilot(PilotSummary):
-    job_ids: list[int] = Field(description="Every job it took, oldest first.")
 
 
 class PilotPage(BaseModel):
@@ -122,37 +61,6 @@ class JobHistory(BaseModel):
 class JobPage(BaseModel):
     jobs: list[Job]
     next_cursor: str | None = Field(description="Pass as `after` for the next page; null at the end.")
-
-
-class TaskQueue(BaseModel):
-    task_queue_id: int
-    owner: str
-    owner_group: str
-    account: str = Field(
-        description="The account the queue's jobs are charged to (their owner group unless they name another): "
-        "its association gives the queue its fair-share factor under `multifactor`."
-    )
-    vo: str
-    cpu_time: int
-    priority_class: int
-    job_class: str | None
-    priority: float
-    priority_origin: dict[str, Any] | None = Field(
-        description="How the priority was made: policy, entity, its share, corrections, the TQ's weight "
-        "(dirac: also its own priority and its site variants, summed or not)."
-    )
-    jobs: int = Field(description="Waiting jobs.")
-    sites: list[str]
-    banned_sites: list[str]
-    grid_ces: list[str]
-    platforms: list[str]
-    job_types: list[str]
-    tags: list[str]
-    min_ram_mb: int = Field(
-        description="The memory (MB) the queue's jobs need: a resource's MaxRAM must reach it; 0: none."
-    )
-    max_ram_mb: int = Field(description="The most memory (MB) the queue's jobs may use; 0: no limit.")
-    created_at: datetime
 
 
 class TaskQueueList(BaseModel):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairmatch.auth.tokens import Principal, Role
+from fairmatch.taskqueues.views import TaskQueue
 
 # The role sets routes admit, in the order a refusal names them.
 ADMINS = (Role.admin,)
@@ -83,9 +84,9 @@ def queue_restrictions(caller: Principal) -> dict[str, frozenset[str]]:
     return {column: values for column, values in job_scope(caller).restrictions().items() if column in QUEUE_COLUMNS}
 
 
-def sees_queue(restrictions: dict[str, frozenset[str]], tq: dict[str, Any]) -> bool:
+def sees_queue(restrictions: dict[str, frozenset[str]], tq: TaskQueue) -> bool:
     """Whether a queue read without the restrictions' SQL passes them."""
-    return all(tq[column] in values for column, values in restrictions.items())
+    return all(getattr(tq, column) in values for column, values in restrictions.items())
 
 
 def return_counts(caller: Principal) -> bool:

@@ -34,6 +34,7 @@ from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import FINAL, NO_HEARTBEAT, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.jobs.transition import REPORTED_COLUMNS, ReportTransition
+from fairmatch.jobs.views import Job
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
 
 # a job's spec, beside its jobs row wherever the whole job is read
@@ -540,37 +541,39 @@ def _transition_params(transition: ReportTransition) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def job_dict(row: Any) -> dict[str, Any]:
-    """A jobs row as the API shows it."""
+def job_of(row: Any, *, matched_from: int | None = None) -> Job:
+    """A whole job (its jobs row and its spec) as the API shows it. Its task queue is the one it
+    waits in, or `matched_from` for the answer to the match that took it."""
     requirements = row.requirements or {}
-    return {
-        "job_id": row.id,
-        "external_id": row.external_id,
-        "status": row.status,
-        "minor_status": row.minor_status,
-        "task_queue_id": row.task_queue_id if row.status == JobStatus.Waiting else None,
-        "owner": row.owner,
-        "owner_group": row.owner_group,
-        "vo": row.vo,
-        "account": row.account,
-        "cpu_time": row.cpu_time,
-        "cpu_bucket": requirements.get("cpu_time"),
-        **{field: list(requirements.get(field, [])) for field in MULTI_VALUE_FIELDS},
+    waiting_in = row.task_queue_id if row.status == JobStatus.Waiting else None
+    return Job(
+        job_id=row.id,
+        external_id=row.external_id,
+        status=row.status,
+        minor_status=row.minor_status,
+        task_queue_id=waiting_in if matched_from is None else matched_from,
+        owner=row.owner,
+        owner_group=row.owner_group,
+        vo=row.vo,
+        account=row.account,
+        cpu_time=row.cpu_time,
+        cpu_bucket=requirements.get("cpu_time"),
+        **{field: requirements.get(field, []) for field in MULTI_VALUE_FIELDS},
         **{field: requirements.get(field, 0) for field in RAM_FIELDS},
-        "user_priority": row.user_priority,
-        "priority_class": row.priority_class,
-        "job_class": row.job_class,
-        "payload": row.payload,
-        "site": row.site,
-        "pilot_reference": row.pilot_reference,
-        "grid_ce": row.grid_ce,
-        "submitted_at": as_utc(row.submitted_at),
-        "matched_at": as_utc(row.matched_at),
-        "lease_expires_at": as_utc(row.lease_expires_at),
-        "started_at": as_utc(row.started_at),
-        "heartbeat_at": as_utc(row.heartbeat_at),
-        "finished_at": as_utc(row.finished_at),
-        "reschedules": row.reschedules,
-        "cpu_seconds": row.cpu_seconds,
-        "wall_seconds": row.wall_seconds,
-    }
+        user_priority=row.user_priority,
+        priority_class=row.priority_class,
+        job_class=row.job_class,
+        payload=row.payload,
+        site=row.site,
+        pilot_reference=row.pilot_reference,
+        grid_ce=row.grid_ce,
+        submitted_at=as_utc(row.submitted_at),
+        matched_at=as_utc(row.matched_at),
+        lease_expires_at=as_utc(row.lease_expires_at),
+        started_at=as_utc(row.started_at),
+        heartbeat_at=as_utc(row.heartbeat_at),
+        finished_at=as_utc(row.finished_at),
+        reschedules=row.reschedules,
+        cpu_seconds=row.cpu_seconds,
+        wall_seconds=row.wall_seconds,
+    )

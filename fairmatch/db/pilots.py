@@ -39,6 +39,7 @@ from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
 from fairmatch.db.tables import jobs, pilots
+from fairmatch.matching.pilots import PilotSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,19 +121,19 @@ def claimed_by_pilot(insert: Callable[[Table], Any], job_id: ColumnElement[Any],
     return recording(insert(pilots).from_select([c.name for c in values.selected_columns], values))
 
 
-def pilot_dict(row: Any) -> dict[str, Any]:
+def pilot_of(row: Any) -> PilotSummary:
     """A pilots row as the API shows it."""
-    return {
-        "reference": row.reference,
-        "site": row.site,
-        "grid_ce": row.grid_ce,
-        "benchmark": row.benchmark,
-        "first_seen": as_utc(row.first_seen),
-        "last_seen": as_utc(row.last_seen),
-        "matches": row.matches,
-        "empty_matches": row.empty_matches,
-        "current_job_id": row.current_job_id,
-    }
+    return PilotSummary(
+        reference=row.reference,
+        site=row.site,
+        grid_ce=row.grid_ce,
+        benchmark=row.benchmark,
+        first_seen=as_utc(row.first_seen),
+        last_seen=as_utc(row.last_seen),
+        matches=row.matches,
+        empty_matches=row.empty_matches,
+        current_job_id=row.current_job_id,
+    )
 
 
 class PilotDB(AreaDB):

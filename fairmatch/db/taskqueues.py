@@ -28,6 +28,7 @@ from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chun
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, levels_of, stored_levels
+from fairmatch.taskqueues.views import TaskQueue
 
 # For the moment between a TQ's creation and its group's refresh.
 INITIAL_PRIORITY = 1.0
@@ -192,8 +193,8 @@ class TaskQueueDB(AreaDB):
         """The latest `changed_at` of any TQ (one index probe)."""
         return (await self.conn.execute(select(func.max(task_queues.c.changed_at)))).scalar()
 
-    async def read(self, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
-        """TQs as the API shows them: keys, priority, waiting-job count and value lists."""
+    async def read(self, ids: Sequence[int] | None = None) -> list[TaskQueue]:
+        """TQs (all, or these) as the API shows them, by id."""
         per_tq = select(tq_jobs.c.tq_id, func.count().label("jobs")).group_by(tq_jobs.c.tq_id)
         stmt = select(task_queues).order_by(task_queues.c.id)
         if ids is not None:
@@ -203,7 +204,7 @@ class TaskQueueDB(AreaDB):
         stmt = stmt.add_columns(func.coalesce(counts.c.jobs, 0).label("jobs")).outerjoin(
             counts, counts.c.tq_id == task_queues.c.id
         )
-        return [_tq_dict(row) for row in await self.conn.execute(stmt)]
+        return [_task_queue_of(row) for row in await self.conn.execute(stmt)]
 
 
 class PostgresTaskQueueDB(PostgresStatements, TaskQueueDB, dialect="postgresql"):
@@ -240,21 +241,21 @@ class SQLiteTaskQueueDB(SQLiteStatements, TaskQueueDB, dialect="sqlite"):
     pass
 
 
-def _tq_dict(row: Any) -> dict[str, Any]:
-    return {
-        "task_queue_id": row.id,
-        "owner": row.owner,
-        "owner_group": row.owner_group,
-        "vo": row.vo,
-        "cpu_time": row.cpu_time,
-        "priority_class": row.priority_class,
-        "job_class": row.job_class,
-        "account": row.account,
-        "min_ram_mb": row.min_ram_mb,
-        "max_ram_mb": row.max_ram_mb,
-        "priority": row.priority,
-        "priority_origin": row.priority_origin,
-        "jobs": row.jobs,
-        **{field: list(row._mapping[field] or ()) for field in MULTI_VALUE_FIELDS},
-        "created_at": as_utc(row.created_at),
-    }
+def _task_queue_of(row: Any) -> TaskQueue:
+    return TaskQueue(
+        task_queue_id=row.id,
+        owner=row.owner,
+        owner_group=row.owner_group,
+        vo=row.vo,
+        cpu_time=row.cpu_time,
+        priority_class=row.priority_class,
+        job_class=row.job_class,
+        account=row.account,
+        min_ram_mb=row.min_ram_mb,
+        max_ram_mb=row.max_ram_mb,
+        priority=row.priority,
+        priority_origin=row.priority_origin,
+        jobs=row.jobs,
+        **{field: row._mapping[field] or [] for field in MULTI_VALUE_FIELDS},
+        created_at=as_utc(row.created_at),
+    )

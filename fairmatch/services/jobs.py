@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.jobs import JobDB, StatusReport, job_dict
+from fairmatch.db.jobs import JobDB, StatusReport, job_of
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, InvalidInput, NotFound
 from fairmatch.jobs.filters import JobFilter, JobOrder
@@ -23,6 +23,7 @@ from fairmatch.jobs.lifecycle import FINAL, KILLED, RESCHEDULABLE, JobStatus, al
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
 from fairmatch.jobs.transition import report_transition
+from fairmatch.jobs.views import Job
 from fairmatch.services import accounting, taskqueues
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
@@ -36,26 +37,24 @@ def missing(job_id: int) -> NotFound:
     return NotFound(f"job {job_id} does not exist")
 
 
-async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
+async def get(conn: AsyncConnection, job_id: int, scope: JobScope = UNRESTRICTED) -> Job:
     async with read_transaction(conn):
         row = await JobDB.of(conn).get(job_id, scope)
     if row is None:
         raise missing(job_id)
-    return job_dict(row)
+    return job_of(row)
 
 
-async def by_external_id(conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED) -> dict[str, Any]:
+async def by_external_id(conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED) -> Job:
     """The job holding the external id, else the newest that held it (404: none)."""
     async with read_transaction(conn):
         row = await JobDB.of(conn).by_external_id(external_id, scope)
     if row is None:
         raise NotFound(f"no job has external id {external_id!r}")
-    return job_dict(row)
+    return job_of(row)
 
 
-async def withdraw(
-    conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED, *, by: str
-) -> dict[str, Any]:
+async def withdraw(conn: AsyncConnection, external_id: str, scope: JobScope = UNRESTRICTED, *, by: str) -> Job:
     """Take the Waiting or Held job holding the external id out of the queues for good (it ends
     Killed, as DIRAC's deleteJob takes a job out of its TaskQueueDB); 404 when no unfinished
     job holds it, 409 when its holder is no longer waiting (a match took it first)."""
@@ -85,12 +84,12 @@ async def list_jobs(
     limit: int,
     scope: JobScope = UNRESTRICTED,
     order: JobOrder = JobOrder.oldest,
-) -> tuple[list[dict[str, Any]], int | None]:
+) -> tuple[list[Job], int | None]:
     """One page in `order` (by job id) past `after_id` (None: the first page), and the id the
     next page continues from (None at the end)."""
     async with read_transaction(conn):
         rows = await JobDB.of(conn).page(filters, after_id=after_id, limit=limit + 1, scope=scope, order=order)
-    page = [job_dict(r) for r in rows[:limit]]
+    page = [job_of(r) for r in rows[:limit]]
     next_after = rows[limit - 1].id if len(rows) > limit else None
     return page, next_after
 
@@ -123,7 +122,7 @@ async def report_status(
     *,
     by: str,
     counted: bool = False,
-) -> dict[str, Any]:
+) -> Job:
     """A pilot's report (`by` the caller's identity): the job takes the status if it may (404 out of the scope, 409 refused,
     422 for more time used than physics allows), with its event and, when it finishes, its
     charge; the whole job after.
@@ -163,7 +162,7 @@ async def report_status(
         )  # fmt: skip
     if reported.job is None:
         raise refused(job_id, reported.before, new)
-    return job_dict(reported.job)
+    return job_of(reported.job)
 
 
 async def reschedule(
@@ -178,7 +177,7 @@ async def reschedule(
     only_if: Callable[[Any], bool] | None = None,
     counted: bool = False,
     by: str,
-) -> dict[str, Any] | None:
+) -> Job | None:
     """Matched or Stalled -> Waiting: back into its (possibly re-created) TQ; `by` who acted.
 
     With `only_if`, the job moves only if it holds for the row under its lock
@@ -199,7 +198,7 @@ async def reschedule(
                                       finished_at=now, lease_expires_at=None)  # fmt: skip
             await job_db.record_events([job_id], JobStatus.Failed, now, source, MAX_RESCHEDULES, by=by)
             await accounting.charge(conn, row, now, settings)
-            return job_dict(row)
+            return job_of(row)
         reqs, user_priority = await job_db.requeue_facts(job_id)
         await job_db.forget_match_request(job_id)
         found, created = await TaskQueueDB.of(conn).find_or_create([reqs], now)
@@ -224,7 +223,7 @@ async def reschedule(
     await record_arrivals(conn, arrivals_of([(tq_id, level)]), new_jobs=False)
     if created:
         await refresh_priorities(conn, settings, {reqs.owner_group})
-    return job_dict(row)
+    return job_of(row)
 
 
 async def kill(
@@ -236,7 +235,7 @@ async def kill(
     waiting_only: bool = False,
     source: str = "kill",
     minor_status: str = KILLED,
-) -> dict[str, Any]:
+) -> Job:
     """The job ends Killed (409 once final); with `waiting_only`, only a Waiting or Held job does."""
     now = utcnow()
     async with conn.begin():
@@ -251,4 +250,4 @@ async def kill(
         await job_db.record_events([job_id], JobStatus.Killed, now, source, minor_status, by=by)
     if removed_from is not None:
         await taskqueues.delete_if_empty(conn, removed_from)
-    return job_dict(row)
+    return job_of(row)

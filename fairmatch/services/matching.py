@@ -15,10 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.clock import utcnow
 from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.jobs import job_dict
+from fairmatch.db.jobs import job_of
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, DuplicateRequest
+from fairmatch.jobs.views import Job
 from fairmatch.limits.rules import SiteLimits
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.choice import chances
@@ -42,7 +43,7 @@ from fairmatch.settings import Settings
 log = logging.getLogger("fairmatch.matching")
 
 
-async def _previous_match(conn: AsyncConnection, requester: str, resource: ClaimingResource) -> dict[str, Any] | None:
+async def _previous_match(conn: AsyncConnection, requester: str, resource: ClaimingResource) -> Job | None:
     """The job this requester's request id already claimed, if any. A replay must be the same
     request: one whose matching fields differ from the first's is refused (409), naming the
     first's site and those fields, rather than answered with a job matched for other terms."""
@@ -61,13 +62,7 @@ async def _previous_match(conn: AsyncConnection, requester: str, resource: Claim
                 first_site=row.asked["site"],
                 differing_fields=differing,
             )
-    return _answer(row, row.task_queue_id)
-
-
-def _answer(row: Any, tq_id: int) -> dict[str, Any]:
-    answer = job_dict(row)
-    answer["task_queue_id"] = tq_id
-    return answer
+    return job_of(row, matched_from=row.task_queue_id)
 
 
 def _pilot_ce(resource: ResourceDescription) -> str | None:
@@ -83,7 +78,7 @@ async def match(
     rng: random.Random,
     requester: str,
     keeper: Keeper,
-) -> dict[str, Any] | None:
+) -> Job | None:
     """Claim the job this resource should run now; None when nothing is eligible.
 
     `requester` (the caller's identity) is recorded on the job and scopes request ids.
@@ -146,7 +141,7 @@ async def _match(
     rng: random.Random,
     requester: str,
     keeper: Keeper,
-) -> tuple[dict[str, Any] | None, str]:
+) -> tuple[Job | None, str]:
     """The job (or None) and how the request ended, for the metrics."""
     options = settings.effective_matching
     query = resource.to_query(options)
@@ -196,7 +191,7 @@ async def _match(
     if claimed.tq_now_empty:  # its group's share goes to its other queues within a second
         drained_of(conn.engine).note(claimed.job.owner_group)
     _log_decision(resource, tq_id, claimed.job.id)
-    return _answer(claimed.job, tq_id), "matched"
+    return job_of(claimed.job, matched_from=tq_id), "matched"
 
 
 async def _site_limits(conn: AsyncConnection, site: str | None, grid_ce: str | None) -> SiteLimits | None:
@@ -243,22 +238,25 @@ async def explain(
             named_tq = queued[0] if queued is not None else None
         pool = pool_of(catalog, query, set(), named_tq) if query.job_id is None or named_tq is not None else 0
         tqs = await TaskQueueDB.of(conn).read(catalog.tq_ids(pool)) if pool else []
-        listed = {tq["task_queue_id"] for tq in tqs if tq["jobs"] > 0}
+        listed = {tq.task_queue_id for tq in tqs if tq.jobs > 0}
         if include_empty and query.job_id is None:
             idle = eligible(catalog, query, among=catalog.every) & ~pool
             tqs += await TaskQueueDB.of(conn).read(catalog.tq_ids(idle)) if idle else []
         else:
-            tqs = [tq for tq in tqs if tq["task_queue_id"] in listed]
+            tqs = [tq for tq in tqs if tq.task_queue_id in listed]
     for entry in catalog.entries_in(pool):
         if entry.tq_id not in listed:
             catalog.drain(entry)  # emptied since the catalog last heard of it
     if limits is not None:
         query = limits.restrict(query)
     odds = chances(catalog, pool_of(catalog, query, set(), named_tq), options) if pool else {}
+    shown = []
     for tq in tqs:
-        tq["excluded_by"] = limits.reasons_for(tq) if limits is not None else []
-        tq["probability"] = odds.get(tq["task_queue_id"], 0.0)
+        fields = dict(tq)
+        fields["excluded_by"] = limits.reasons_for(fields) if limits is not None else []
+        fields["probability"] = odds.get(tq.task_queue_id, 0.0)
+        shown.append(fields)
     return {
-        "task_queues": sorted(tqs, key=lambda tq: (-tq["probability"], tq["task_queue_id"])),
+        "task_queues": sorted(shown, key=lambda tq: (-tq["probability"], tq["task_queue_id"])),
         "analysis": analysis(catalog, query),
     }

@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.clock import as_utc
 from fairmatch.db.engine import PerEngine, read_transaction
-from fairmatch.db.pilots import Cursor, EmptyMatches, PilotDB, PilotFilter, pilot_dict
+from fairmatch.db.pilots import Cursor, EmptyMatches, PilotDB, PilotFilter, pilot_of
 from fairmatch.errors import NotFound
+from fairmatch.matching.pilots import Pilot, PilotSummary
 
 
 @dataclass(slots=True)
@@ -104,16 +105,16 @@ async def flush_empty_matches(conn: AsyncConnection) -> int:
 
 async def list_pilots(
     conn: AsyncConnection, where: PilotFilter, after: Cursor | None, limit: int
-) -> tuple[list[dict[str, Any]], Cursor | None]:
+) -> tuple[list[PilotSummary], Cursor | None]:
     """One page, newest first, and the cursor to continue after (None at the end)."""
     async with read_transaction(conn):
         rows = await PilotDB.of(conn).page(where, after, limit + 1)
-    page = [pilot_dict(r) for r in rows[:limit]]
+    page = [pilot_of(r) for r in rows[:limit]]
     last = rows[limit - 1] if len(rows) > limit else None
     return page, None if last is None else (as_utc(last.first_seen), last.reference)
 
 
-async def get_pilot(conn: AsyncConnection, reference: str, requester: str | None) -> dict[str, Any]:
+async def get_pilot(conn: AsyncConnection, reference: str, requester: str | None) -> Pilot:
     """One pilot with the jobs it took; `requester` set: only if it is that requester's."""
     async with read_transaction(conn):
         pilot_db = PilotDB.of(conn)
@@ -122,7 +123,7 @@ async def get_pilot(conn: AsyncConnection, reference: str, requester: str | None
             # another requester's pilot is as missing as an unknown one: its existence is not revealed
             raise NotFound(f"pilot {reference!r} is not on record")
         job_ids = await pilot_db.job_ids(reference)
-    return {**pilot_dict(row), "job_ids": job_ids}
+    return Pilot(**pilot_of(row).model_dump(), job_ids=job_ids)
 
 
 async def per_site(conn: AsyncConnection, since: datetime) -> list[Any]:

@@ -10,11 +10,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import utcnow
-from fairmatch.db.jobs import JobDB, job_dict
+from fairmatch.db.jobs import JobDB, job_of
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict
 from fairmatch.jobs.classes import PriorityChange
 from fairmatch.jobs.lifecycle import FINAL, JobStatus
+from fairmatch.jobs.views import Job
 from fairmatch.services import taskqueues
 from fairmatch.services.jobs import UNRESTRICTED, missing
 from fairmatch.services.queueing import refresh_priorities
@@ -37,7 +38,7 @@ async def change_priority(
     check_class: Callable[[int], None],
     scope: JobScope = UNRESTRICTED,
     by: str,
-) -> dict[str, Any]:
+) -> Job:
     """Store a new user priority and/or priority class, moving a Waiting job to its new TQ;
     `by` who asked.
 
@@ -63,7 +64,7 @@ async def change_priority(
         # new TQ needs a priority now
         moved = {row.task_queue_id} | ({left_tq} if left_tq is not None else set())
         await refresh_priorities(conn, settings, {row.owner_group}, exact=moved)
-    return job_dict(row)
+    return job_of(row)
 
 
 async def _change_priority_locked(

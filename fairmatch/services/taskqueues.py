@@ -18,6 +18,7 @@ from fairmatch.db.console_queues import ConsoleQueueDB, QueueListing, Waiting
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, ConstraintViolation, NotFound
+from fairmatch.taskqueues.views import TaskQueue
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:
@@ -48,7 +49,7 @@ async def delete_task_queue(conn: AsyncConnection, tq_id: int) -> None:
         found = await read_task_queues(conn, [tq_id])
         if not found:
             raise NotFound(f"task queue {tq_id} does not exist")
-        raise Conflict(f"task queue {tq_id} holds {found[0]['jobs']} waiting job(s): it is deleted once empty")
+        raise Conflict(f"task queue {tq_id} holds {found[0].jobs} waiting job(s): it is deleted once empty")
 
 
 async def delete_all_empty(conn: AsyncConnection, unchanged_for: timedelta = timedelta(0)) -> int:
@@ -62,7 +63,7 @@ async def delete_all_empty(conn: AsyncConnection, unchanged_for: timedelta = tim
     return deleted
 
 
-async def read_task_queues(conn: AsyncConnection, ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+async def read_task_queues(conn: AsyncConnection, ids: Sequence[int] | None = None) -> list[TaskQueue]:
     """TQs (all, or these) as the API shows them."""
     async with read_transaction(conn):
         return await TaskQueueDB.of(conn).read(ids)

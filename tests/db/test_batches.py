@@ -278,7 +278,7 @@ async def test_status_reports_share_batches_with_claims_and_a_refused_one_change
 
     answers = await asyncio.gather(*(report(i) for i in [*matched, waiting]), claim(), claim(), return_exceptions=True)
     assert max(sent) > 1
-    assert [a["status"] for a in answers[: len(matched)]] == ["Running"] * len(matched)
+    assert [a.status for a in answers[: len(matched)]] == ["Running"] * len(matched)
     assert isinstance(answers[len(matched)], Conflict)  # Waiting -> Running is no transition
     assert all(isinstance(a, Claimed) for a in answers[-2:])
     async with engine.connect() as conn, read_transaction(conn):

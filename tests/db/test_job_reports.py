@@ -70,10 +70,10 @@ async def test_every_read_and_report_sees_what_the_scope_rule_says(engine, setti
         seen_by = {scope: [job.id for job in facts if scope.sees(job)] for scope in scopes}
         for scope in scopes:
             page, _ = await jobs.list_jobs(conn, JobFilter(), after_id=0, limit=100, scope=scope)
-            assert [j["job_id"] for j in page] == seen_by[scope], scope
+            assert [j.job_id for j in page] == seen_by[scope], scope
             for job_id in ids:
                 if job_id in seen_by[scope]:
-                    assert (await jobs.get(conn, job_id, scope))["job_id"] == job_id
+                    assert (await jobs.get(conn, job_id, scope)).job_id == job_id
                 else:
                     with pytest.raises(NotFound):
                         await jobs.get(conn, job_id, scope)
@@ -83,7 +83,7 @@ async def test_every_read_and_report_sees_what_the_scope_rule_says(engine, setti
             await jobs.report_status(
                 conn, theirs, StatusUpdate(status="Running"), settings, JobScope(matched_by="p1"), by="p1"
             )
-        assert (await jobs.get(conn, theirs))["status"] == "Matched"
+        assert (await jobs.get(conn, theirs)).status == "Matched"
         running = await jobs.report_status(conn, mine, StatusUpdate(status="Running"), settings,
                                            JobScope(matched_by="p1"), by="p1")  # fmt: skip
         assert running == await jobs.get(conn, mine)
@@ -98,10 +98,9 @@ async def test_a_finish_without_cpu_seconds_charges_what_the_job_reported_before
         await jobs.report_status(conn, reported, StatusUpdate(status="Running", cpu_seconds=40.0), settings, by="pilot")
         await jobs.report_status(conn, silent, StatusUpdate(status="Running"), settings, by="pilot")
         done = await jobs.report_status(conn, reported, StatusUpdate(status="Done"), settings, by="pilot")
-        assert (done["status"], done["cpu_seconds"]) == ("Done", 40.0)
-        assert (await jobs.report_status(conn, silent, StatusUpdate(status="Failed"), settings, by="pilot"))[
-            "status"
-        ] == "Failed"
+        assert (done.status, done.cpu_seconds) == ("Done", 40.0)
+        failed = await jobs.report_status(conn, silent, StatusUpdate(status="Failed"), settings, by="pilot")
+        assert failed.status == "Failed"
         weight = settings.accounting.cpu_weight
         assert await rows(conn, "SELECT job_id, charge, account FROM usage_charges") == [(reported, 40.0 * weight, "g")]
 
@@ -134,13 +133,13 @@ async def test_reports_racing_to_finish_a_job_finish_and_charge_it_once(engine, 
         beat = await jobs.report_status(
             conn, job_id, StatusUpdate(status="Running", cpu_seconds=3.0), settings, by="pilot"
         )
-        assert (beat["status"], beat["cpu_seconds"]) == ("Running", 3.0)
+        assert (beat.status, beat.cpu_seconds) == ("Running", 3.0)
 
     async def report(status: str) -> str:
         async with engine.connect() as own:
             try:
                 update = StatusUpdate(status=status, cpu_seconds=10.0)
-                return (await jobs.report_status(own, job_id, update, settings, by="pilot"))["status"]
+                return (await jobs.report_status(own, job_id, update, settings, by="pilot")).status
             except Conflict:
                 return "refused"
 
@@ -151,4 +150,4 @@ async def test_reports_racing_to_finish_a_job_finish_and_charge_it_once(engine, 
         assert await rows(conn, "SELECT count(*) FROM usage_charges WHERE job_id = :id", id=job_id) == [(1,)]
         events = await rows(conn, "SELECT status FROM job_events WHERE job_id = :id ORDER BY id", id=job_id)
         assert events == [("Waiting",), ("Running",), ("Done",)]  # heartbeats are not events
-        assert (await jobs.get(conn, job_id))["status"] == "Done"
+        assert (await jobs.get(conn, job_id)).status == "Done"

@@ -91,7 +91,7 @@ async def test_concurrent_matches_never_share_a_job(engine, settings):
             return await matching.match(conn, resource, settings, random.Random(seed), f"pilot-{seed}", keeper)
 
     answers = await asyncio.gather(*(one(seed) for seed in range(30)))
-    taken = [a["job_id"] for a in answers if a is not None]
+    taken = [a.job_id for a in answers if a is not None]
     assert len(taken) == len(set(taken)) == 20
     assert set(taken) == {q["job_id"] for q in queued}
 
@@ -144,7 +144,7 @@ async def test_match_draws_from_exactly_the_queues_the_explanation_lists(engine,
             job = await matching.match(conn, described, settings, random.Random(seed), "pilot", keeper)
             if job is None:
                 break
-            drawn[job["task_queue_id"]] += 1
+            drawn[job.task_queue_id] += 1
     assert set(drawn) <= set(chances), f"drawn outside the explanation: {drawn} vs {chances}"
     # every listed queue with a fair chance is drawn (missed in 45 draws at p >= 0.15: < 7e-4)
     assert {tq for tq, p in chances.items() if p >= 0.15} <= set(drawn)

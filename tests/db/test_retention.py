@@ -58,7 +58,8 @@ async def matched(world: World, owner: str = "a", group: str = "g", **claim: Any
 
 async def claim_one(world: World, **claim: Any) -> dict[str, Any] | None:
     resource = ClaimingResource(**PILOT, **claim)
-    return await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.keeper)
+    job = await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.keeper)
+    return None if job is None else job.model_dump()
 
 
 async def report(world: World, job_id: int, status: str, cpu_seconds: float | None = None) -> dict[str, Any]:
@@ -153,7 +154,7 @@ async def test_the_archive_holds_each_purged_job_as_it_was(world_of, tmp_path):
     directory = tmp_path / "archive" / "jobs"  # made when missing
     world = await world_of(retention={"archive_dir": str(directory), "batch_size": 2})
     ids = [await finished(world, status, owner=f"o{i}") for i, status in enumerate(["Done", "Done", "Failed"])]
-    before = {job_id: await job_service.get(world.conn, job_id) for job_id in ids}
+    before = {job_id: (await job_service.get(world.conn, job_id)).model_dump() for job_id in ids}
     events = {job_id: await rows(world, job_events, job_events.c.job_id == job_id) for job_id in ids}
 
     run = await purge(world, days_ahead(30))
@@ -187,7 +188,7 @@ async def test_a_purge_stopped_with_the_service_is_recorded_and_keeps_what_it_ha
     # purges a millisecond apart: only a run in progress would keep another replica's from running
     world = await world_of(retention={"archive_dir": str(directory), "interval_seconds": 0.002})
     job_id = await finished(world, "Done")
-    finished_at = (await job_service.get(world.conn, job_id))["finished_at"]
+    finished_at = (await job_service.get(world.conn, job_id)).finished_at
     # the archive file held locked: the purge waits in its append, between its select and its delete
     with (directory / f"jobs-{finished_at:%Y-%m-%d}.jsonl.gz").open("ab") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -248,7 +249,7 @@ async def test_a_request_id_past_its_time_is_a_new_request(world_of):
     second = await claim_one(world, request_id="r-1")
     assert second is not None and second["job_id"] != first["job_id"]
     assert (await claim_one(world, request_id="r-1"))["job_id"] == second["job_id"]  # its own replay now
-    assert (await job_service.get(world.conn, first["job_id"]))["status"] == "Matched"  # the job stays
+    assert (await job_service.get(world.conn, first["job_id"])).status == "Matched"  # the job stays
 
 
 async def test_pilots_last_seen_long_ago_go(world_of):
@@ -282,7 +283,7 @@ async def test_a_purge_changes_no_priority_and_no_usage(world_of):
     assert len(set(before.values())) == 3  # the usage tells the owners apart
 
     assert sum((await purge(world, days_ahead(2)))["jobs"].values()) == 6
-    assert (await job_service.get(world.conn, running))["status"] == "Running"
+    assert (await job_service.get(world.conn, running)).status == "Running"
     assert priorities_of(await world.recompute()) == pytest.approx(before, rel=1e-6)
 
     # a charge not folded yet when its job is purged is folded all the same

@@ -158,7 +158,7 @@ async def test_a_report_never_waits_on_a_fold_or_on_another_report(engine, setti
             for job_id in ids[1:]:
                 report = StatusUpdate(status="Done", cpu_seconds=2.0)
                 answer = await asyncio.wait_for(jobs.report_status(c, job_id, report, settings, by="pilot"), timeout=5)
-                assert answer["status"] == "Done"
+                assert answer.status == "Done"
     assert await pending(holder) == 3
 
 

@@ -46,7 +46,7 @@ async def stalled_job(world: World) -> int:
 
 
 async def job(world: World, job_id: int) -> dict:
-    return await jobs.get(world.conn, job_id)
+    return (await jobs.get(world.conn, job_id)).model_dump()
 
 
 async def events(world: World, job_id: int) -> list[tuple[str, str]]:

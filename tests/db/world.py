@@ -54,11 +54,12 @@ class World:
         return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")
 
     async def task_queues(self) -> list[dict[str, Any]]:
-        return await taskqueues.read_task_queues(self.conn)
+        return [tq.model_dump() for tq in await taskqueues.read_task_queues(self.conn)]
 
     async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
         described = ClaimingResource(**resource)
-        return await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
+        job = await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
+        return None if job is None else job.model_dump()
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
         """The dry run's list: every eligible TQ with the probability a match draws it."""
@@ -66,4 +67,5 @@ class World:
         return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
-        return await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings, by="pilot")
+        job = await jobs.report_status(self.conn, job_id, StatusUpdate(status=status), self.settings, by="pilot")
+        return job.model_dump()

@@ -8,7 +8,6 @@ own jobs), and offer the hold/release/kill forms that pages/actions.py answers.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import Request, Response
@@ -23,6 +22,7 @@ from fairmatch.console.forms import chosen
 from fairmatch.console.routing import PREFIX, console_router
 from fairmatch.jobs.filters import JobFilter, JobOrder
 from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.jobs.views import Job
 from fairmatch.services import bulk, jobs
 
 router = console_router()
@@ -49,8 +49,8 @@ def _filters_of(request: Request) -> tuple[JobFilter, dict[str, str]]:
     return selected, given
 
 
-def _last_update(job: dict[str, Any]) -> datetime | None:
-    return max((job[name] for name in MOMENTS if job[name] is not None), default=None)
+def _last_update(job: Job) -> datetime | None:
+    return max((moment for moment in (getattr(job, name) for name in MOMENTS) if moment is not None), default=None)
 
 
 def _here(request: Request) -> str:
@@ -70,7 +70,7 @@ async def job_list(request: Request, caller: auth.Viewer, conn: Connection) -> R
     filtered = f"{PREFIX}/jobs?{urlencode(given)}" if given else f"{PREFIX}/jobs"
     return render.page(
         request, "jobs.html", caller, section="jobs",
-        jobs=[{**job, "last_update": _last_update(job)} for job in found],
+        jobs=[{**dict(job), "last_update": _last_update(job)} for job in found],
         given=given,
         statuses=[state.value for state in JobStatus],
         first_page=filtered if cursor else None,
@@ -95,5 +95,5 @@ async def job_page(job_id: JobId, request: Request, caller: auth.Viewer, conn: C
         request, "job.html", caller, section="jobs",
         job=job,
         events=events,
-        actions=_actions_for(JobStatus(job["status"])),
+        actions=_actions_for(JobStatus(job.status)),
     )  # fmt: skip

@@ -29,7 +29,7 @@ async def sites(request: Request, caller: auth.Operator, conn: Connection) -> Re
     return render.page(
         request, "sites.html", caller, section="sites", mask=mask,
         limits=[{**limit, "state": limit_state(limit["running"], limit["running_limit"])} for limit in site_limits],
-        recent=[{**pilot, "state": PilotState.HasJob if pilot["current_job_id"] else PilotState.NoJob}
+        recent=[{**dict(pilot), "state": PilotState.HasJob if pilot.current_job_id else PilotState.NoJob}
                 for pilot in recent],
         per_site=[(row, site_state(row.site in banned, row.matches, row.empty_matches)) for row in per_site],
         window_minutes=int(PILOT_WINDOW.total_seconds() // 60),

@@ -162,13 +162,13 @@ async def task_queue(
     explained = await priority_service.explain_priorities(
         conn, settings, policy.job_scope(caller), task_queue_id=tq_id, jobs_limit=0
     )
-    origin = next((q["origin"] for q in explained["task_queues"] if q["task_queue_id"] == tq_id), tq["priority_origin"])
+    origin = next((q["origin"] for q in explained["task_queues"] if q["task_queue_id"] == tq_id), tq.priority_origin)
     waiting = await taskqueues.waiting_in(conn, tq_id)
     # the policy that made the origin (it names itself) may not be the one configured now
     made_by = (origin or {}).get("policy", explained["policy"])
     return render.page(
         request, "taskqueue.html", caller, section="taskqueues",
-        tq=tq, value_lists=[(LIST_LABELS.get(name, name.replace("_", " ").capitalize()), tq[name],
+        tq=tq, value_lists=[(LIST_LABELS.get(name, name.replace("_", " ").capitalize()), getattr(tq, name),
                              "any" if name in WILDCARD_FIELDS else "none") for name in MULTI_VALUE_FIELDS],
         levels=_levels(waiting), oldest=waiting.oldest if waiting else None,
         policy=explained["policy"], lottery=explained["lottery"], origin=origin, made_by=made_by,
