@@ -9,13 +9,14 @@ from fastapi import APIRouter, Path, Request, Response
 
 from fairmatch.api.deps import (
     Connection,
-    Matching,
+    CurrentSettings,
     Operators,
     Pilots,
     PilotsAndOperators,
     Submitters,
+    ThisProcess,
     connection,
-    matching_context,
+    process_of,
 )
 from fairmatch.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from fairmatch.auth import policy
@@ -43,10 +44,10 @@ router = APIRouter(tags=["matching"])
 )
 async def match(resource: ClaimingResource, caller: Pilots, request: Request) -> Response:
     resource = pin_resource(caller, resource)
-    context = matching_context(request)
+    process = process_of(request)
     async with connection(request) as conn:
         job = await service.match(
-            conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
+            conn, resource, request.app.state.settings, process.rng, requester=caller.sub, process=process
         )
     if job is None:
         return Response(status_code=204)
@@ -60,10 +61,14 @@ async def match(resource: ClaimingResource, caller: Pilots, request: Request) ->
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: DryRunResource, caller: PilotsAndOperators, conn: Connection, context: Matching
+    resource: DryRunResource,
+    caller: PilotsAndOperators,
+    conn: Connection,
+    settings: CurrentSettings,
+    process: ThisProcess,
 ) -> dict:
     resource = pin_resource(caller, resource)
-    return await service.explain(conn, resource, context.settings, context.keeper, include_empty=resource.include_empty)
+    return await service.explain(conn, resource, settings, process.keeper, include_empty=resource.include_empty)
 
 
 def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:

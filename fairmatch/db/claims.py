@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.batches import batches_of
+from fairmatch.db.batches import Batches
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.raw import Row
 from fairmatch.db.sqlite_claim import claim_in_thread
@@ -157,6 +157,7 @@ class ClaimDB(AreaDB):
 
     claimant: Claimant
     rng: random.Random
+    batches: Batches
     on_batch: Callable[[int], None] | None = None
 
     @classmethod
@@ -165,12 +166,14 @@ class ClaimDB(AreaDB):
         conn: AsyncConnection,
         claimant: Claimant,
         rng: random.Random,
+        batches: Batches,
         on_batch: Callable[[int], None] | None = None,
     ) -> ClaimDB:
-        """The claim port of this connection's backend, for one claimant. `on_batch` hears
-        how many claims each shared round trip carried (PostgreSQL)."""
+        """The claim port of this connection's backend, for one claimant. The claims share
+        round trips in the process's `batches` (PostgreSQL); `on_batch` hears how many each
+        carried."""
         claims = cls.of(conn)
-        claims.claimant, claims.rng, claims.on_batch = claimant, rng, on_batch
+        claims.claimant, claims.rng, claims.batches, claims.on_batch = claimant, rng, batches, on_batch
         return claims
 
     async def claim(self, target: ClaimTarget) -> Outcome:
@@ -240,7 +243,7 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self.on_batch)
+        row = await self.batches.run(self.conn, _statement(target), params, self.on_batch)
         return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:

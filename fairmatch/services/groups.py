@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PriorityDB
 from fairmatch.errors import NotFound
 from fairmatch.priority.groups import GroupUpdate, stored_values
 from fairmatch.priority.settings import GroupSettings
+from fairmatch.services.process import changing
 
 
 async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSettings]) -> None:

@@ -25,6 +25,7 @@ from fairmatch.jobs.lifecycle import FINAL, KILLED, RESCHEDULABLE, JobStatus, al
 from fairmatch.jobs.models import StatusUpdate
 from fairmatch.jobs.reports import UsedTime
 from fairmatch.services import accounting, taskqueues
+from fairmatch.services.process import Process
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import real_priority
@@ -167,6 +168,7 @@ async def report_status(
             by=by,
         ),
         scope,
+        Process.of(conn).batches,
     )
     if reported.before is None:
         raise missing(job_id)

@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.limits.rules import Limit
+from fairmatch.services.process import changing
 
 
 async def list_limits(conn: AsyncConnection) -> list[dict[str, Any]]:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import as_utc
-from fairmatch.db.engine import PerEngine, read_transaction
+from fairmatch.db.engine import read_transaction
 from fairmatch.db.pilots import Cursor, EmptyMatches, PilotDB, PilotFilter, pilot_dict
 from fairmatch.errors import NotFound
 
@@ -34,7 +34,8 @@ class _Pending:
 
 
 class EmptyMatchTally:
-    """The 204s this process answered and has not written yet, by pilot reference."""
+    """The 204s this process answered and has not written yet, by pilot reference
+    (`fairmatch.services.process.Process.empty_matches`)."""
 
     def __init__(self) -> None:
         self._pending: dict[str, _Pending] = {}
@@ -87,19 +88,6 @@ class EmptyMatchTally:
             new.first_at = old.first_at
             if new.benchmark is None:
                 new.benchmark = old.benchmark
-
-
-_TALLIES = PerEngine(EmptyMatchTally)
-
-
-def tally_of(engine: AsyncEngine) -> EmptyMatchTally:
-    """The one tally of this engine's process."""
-    return _TALLIES.of(engine)
-
-
-async def flush_empty_matches(conn: AsyncConnection) -> int:
-    """The background loop's step: this process's 204s written."""
-    return await tally_of(conn.engine).flush(conn)
 
 
 async def list_pilots(

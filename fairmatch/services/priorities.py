@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.accounting.associations import Association
 from fairmatch.accounting.usage import Node, WindowedUsage
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.accounting import AccountingDB
-from fairmatch.db.change_signal import changing
-from fairmatch.db.engine import PerEngine, read_transaction
+from fairmatch.db.engine import read_transaction
 from fairmatch.db.job_classes import JobClassDB
 from fairmatch.db.priorities import PRIORITY_LOCK, PriorityDB
 from fairmatch.metrics import RECOMPUTE_DURATION
@@ -32,6 +31,7 @@ from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.rank import RankGroup
 from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
 from fairmatch.services import accounting, audit
+from fairmatch.services.process import Process, changing
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
@@ -472,33 +472,10 @@ async def explain_priorities(
     }  # fmt: skip
 
 
-class DrainedGroups:
-    """The groups a match of this process left with a task queue run dry: their share stays
-    with their queues still waiting only once their priorities are set again, which the
-    background loop does within a second instead of at the next priority run."""
-
-    def __init__(self) -> None:
-        self._groups: set[str] = set()
-
-    def note(self, group: str) -> None:
-        self._groups.add(group)
-
-    def take(self) -> set[str]:
-        taken, self._groups = self._groups, set()
-        return taken
-
-
-_DRAINED = PerEngine(DrainedGroups)
-
-
-def drained_of(engine: AsyncEngine) -> DrainedGroups:
-    """The one record of this engine's process."""
-    return _DRAINED.of(engine)
-
-
 async def refresh_drained(conn: AsyncConnection, settings: Settings) -> int:
-    """The background loop's step: provisional priorities for the groups whose queue ran dry."""
-    groups = drained_of(conn.engine).take()
+    """The background loop's step: provisional priorities for the groups whose queue one of
+    this process's matches ran dry."""
+    groups = Process.of(conn).drained_groups.take()
     if groups:
         await refresh_groups(conn, settings, groups)
     return len(groups)

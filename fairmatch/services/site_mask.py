@@ -17,12 +17,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.pilots import PilotDB
 from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.errors import NotFound
 from fairmatch.services import audit
+from fairmatch.services.process import changing
 
 
 async def list_mask(conn: AsyncConnection) -> list[dict[str, Any]]:

@@ -13,11 +13,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.change_signal import changing
 from fairmatch.db.console_queues import ConsoleQueueDB, QueueListing, Waiting
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import Conflict, ConstraintViolation, NotFound
+from fairmatch.services.process import changing
 
 
 async def queued(conn: AsyncConnection, arrivals: Mapping[int, Counter[float]], *, new_jobs: bool) -> None:

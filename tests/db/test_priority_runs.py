@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import insert, select, text, update
 
 from fairmatch.clock import utcnow
-from fairmatch.db.change_signal import changing
+from fairmatch.services.process import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.priorities import PostgresPriorityDB, PriorityDB
 from fairmatch.db.tables import task_queues, tq_jobs

@@ -58,7 +58,7 @@ async def matched(world: World, owner: str = "a", group: str = "g", **claim: Any
 
 async def claim_one(world: World, **claim: Any) -> dict[str, Any] | None:
     resource = ClaimingResource(**PILOT, **claim)
-    return await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.keeper)
+    return await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.process)
 
 
 async def report(world: World, job_id: int, status: str, cpu_seconds: float | None = None) -> dict[str, Any]:

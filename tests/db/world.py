@@ -18,7 +18,7 @@ from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.priority.groups import GroupUpdate
 from fairmatch.services import groups, history, jobs, matching, priorities, submission, taskqueues
-from fairmatch.services.keeper import Keeper
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 
@@ -27,7 +27,7 @@ class World:
         self.conn = conn
         self.settings = settings
         self.rng = random.Random(seed)
-        self.keeper = Keeper(settings.matching)
+        self.process = Process(conn.engine, matching=settings.matching)
         self.corrections = priorities.configured_corrections(settings.priority)
 
     async def put_group(self, name: str, job_share: float, properties: Iterable[str] = ()) -> None:
@@ -58,11 +58,11 @@ class World:
 
     async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
         described = ClaimingResource(**resource)
-        return await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
+        return await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.process)
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
         """The dry run's list: every eligible TQ with the probability a match draws it."""
-        explained = await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.keeper)
+        explained = await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.process.keeper)
         return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
