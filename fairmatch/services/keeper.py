@@ -31,8 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from fairmatch.clock import as_utc
 from fairmatch.db.change_signal import ChangeSignal
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.groups import GroupDB
 from fairmatch.db.limits import LimitDB
-from fairmatch.db.priorities import PriorityDB
 from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import DatabaseError
@@ -96,7 +96,7 @@ class Keeper:
                 now, rows = await task_queues.changed_since(since, whole=since is None)
                 if since is not None:  # the state of each TQ changed; the whole of those this copy lacks
                     rows = await _with_requirements(task_queues, self.catalog, rows)
-                sharing = await PriorityDB.of(conn).sharing_groups()
+                sharing = await GroupDB.of(conn).sharing_groups()
                 limited = await LimitDB.of(conn).limited_sites()
                 masked = await SiteMaskDB.of(conn).sites()
                 existing = await task_queues.all_ids() if sweep and not rebuild else None

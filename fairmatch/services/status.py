@@ -10,8 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.groups import GroupDB
 from fairmatch.db.retention import RetentionDB
+from fairmatch.db.running_samples import RunningSampleDB
 from fairmatch.db.server_settings import dangers
 from fairmatch.db.status import ACTIVE, StatusDB
 from fairmatch.matching.drift import DRIFT_SAMPLES, share_drift
@@ -25,11 +26,10 @@ async def summary(conn: AsyncConnection, top: int, matching: MatchingSettings) -
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
-        priorities = PriorityDB.of(conn)
         waiting, waiting_cpu, busiest = await status.waiting(top)
         groups = await status.jobs_per_group(waiting)
-        samples = await priorities.latest_running(DRIFT_SAMPLES) if matching.prefer_longest_cpu else []
-        drifts = share_drift(samples, await priorities.group_shares(), waiting_cpu, matching)
+        samples = await RunningSampleDB.of(conn).latest_running(DRIFT_SAMPLES) if matching.prefer_longest_cpu else []
+        drifts = share_drift(samples, await GroupDB.of(conn).group_shares(), waiting_cpu, matching)
         return {
             "generated_at": now,
             "totals": {s.lower(): sum(g[s.lower()] for g in groups) for s in ACTIVE},
@@ -54,8 +54,7 @@ async def running_history(
 ) -> tuple[list[tuple[datetime, str, int]], dict[str, float]]:
     """The running-job samples since `since` per group, and each group's configured share."""
     async with read_transaction(conn):
-        priorities = PriorityDB.of(conn)
-        return await priorities.running_history(since), await priorities.group_shares()
+        return await RunningSampleDB.of(conn).running_history(since), await GroupDB.of(conn).group_shares()
 
 
 async def matches_per_minute(conn: AsyncConnection, now: datetime, minutes: int) -> list[int]:

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import update
 
 from fairmatch.db.change_signal import ChangeSignal
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.groups import GroupDB
+from fairmatch.db.loads import LoadDB
 from fairmatch.db.tables import task_queues
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.limits.rules import Attribute, Limit
@@ -33,7 +34,7 @@ async def test_a_change_signals_once_its_transaction_has_committed(engine):
     changes = ChangeSignal()
     async with engine.connect() as conn:
         async with changes.changing(conn):
-            await PriorityDB.of(conn).put_group("prod", sharing_group())
+            await GroupDB.of(conn).put_group("prod", sharing_group())
             assert changes.generation == 0  # not yet: a matcher would read the old row
         assert changes.generation == 1
 
@@ -44,10 +45,10 @@ async def test_a_rolled_back_change_does_not_signal(engine, settings):
         await keeper.refresh(conn)
         with pytest.raises(Refused):
             async with keeper.changes.changing(conn):
-                await PriorityDB.of(conn).put_group("prod", sharing_group())
+                await GroupDB.of(conn).put_group("prod", sharing_group())
                 raise Refused
         assert keeper.changes.generation == 0
-        assert await PriorityDB.of(conn).group("prod") is None
+        assert await GroupDB.of(conn).group("prod") is None
         assert (await keeper.current(conn)).sharing_groups == frozenset()
 
 
@@ -55,7 +56,7 @@ async def test_a_transaction_that_changes_nothing_does_not_signal(engine):
     changes = ChangeSignal()
     async with engine.connect() as conn:
         async with changes.changing(conn):
-            assert await PriorityDB.of(conn).forget_drained_levels() == 0
+            assert await LoadDB.of(conn).forget_drained_levels() == 0
         assert changes.generation == 0
 
 
@@ -64,8 +65,8 @@ async def test_a_change_outside_a_changing_transaction_is_refused(engine):
     async with engine.connect() as conn:
         with pytest.raises(RuntimeError, match="changing"):
             async with conn.begin():
-                await PriorityDB.of(conn).put_group("prod", sharing_group())
-        assert await PriorityDB.of(conn).group("prod") is None
+                await GroupDB.of(conn).put_group("prod", sharing_group())
+        assert await GroupDB.of(conn).group("prod") is None
 
 
 async def test_the_keeper_sees_this_process_s_changes_before_its_next_match(engine, settings):

@@ -62,7 +62,9 @@ class World:
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
         """The dry run's list: every eligible TQ with the probability a match draws it."""
-        explained = await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.process.keeper)
+        explained = await matching.explain(
+            self.conn, ResourceDescription(**resource), self.settings, self.process.keeper
+        )
         return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:
