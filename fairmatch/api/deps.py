@@ -26,6 +26,11 @@ from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 
+def process_of(request: Request) -> Process:
+    """This process's state (`fairmatch.services.process`), made once when the app started."""
+    return request.app.state.process
+
+
 def connection(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
     """The request's connection, for a route that takes it itself (`async with`): the
     pilots' calls, where FastAPI's handling of a `yield` dependency cost more than the
@@ -42,13 +47,13 @@ async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
+async def _reading(request: Request) -> AsyncIterator[AsyncConnection]:
+    async with process_of(request).connections.reading() as conn:
+        yield conn
+
+
 async def _settings(request: Request) -> Settings:
     return request.app.state.settings
-
-
-def process_of(request: Request) -> Process:
-    """This process's state (`fairmatch.services.process`), made once when the app started."""
-    return request.app.state.process
 
 
 async def _process(request: Request) -> Process:
@@ -115,6 +120,8 @@ OPEN_PATHS = frozenset({
 })  # fmt: skip
 
 Connection = Annotated[AsyncConnection, Depends(_connection)]
+# a connection in a read transaction, for a route that reads data-access classes and writes nothing
+Reading = Annotated[AsyncConnection, Depends(_reading)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
 ThisProcess = Annotated[Process, Depends(_process)]
 

@@ -13,6 +13,7 @@ from fairmatch.api.deps import (
     Operators,
     Pilots,
     PilotsAndOperators,
+    Reading,
     Submitters,
     ThisProcess,
     connection,
@@ -21,11 +22,12 @@ from fairmatch.api.deps import (
 from fairmatch.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import NotFound
 from fairmatch.matching.pinning import pin_resource
 from fairmatch.matching.resource import ClaimingResource, DryRunResource
-from fairmatch.services import audit, taskqueues
 from fairmatch.services import matching as service
+from fairmatch.services import taskqueues
 
 router = APIRouter(tags=["matching"])
 
@@ -78,8 +80,8 @@ def _visible_task_queues(caller: Principal, tqs: list[dict]) -> list[dict]:
 
 
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
-async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
-    tqs = await taskqueues.read_task_queues(conn)
+async def list_task_queues(caller: Submitters, conn: Reading) -> dict:
+    tqs = await TaskQueueDB.of(conn).read()
     return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
@@ -100,14 +102,13 @@ TaskQueueId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The task queu
 async def delete_task_queue(tq_id: TaskQueueId, caller: Operators, conn: Connection) -> Response:
     """As DIRAC's `deleteTaskQueueIfEmpty`. Empty queues are otherwise deleted by the
     background sweep once unchanged for a while; a queue holding jobs stays (409)."""
-    await taskqueues.delete_task_queue(conn, tq_id)
-    await audit.record(conn, caller.sub, "task_queue.delete", str(tq_id))
+    await taskqueues.delete_task_queue(conn, tq_id, by=caller.sub)
     return Response(status_code=204)
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
-async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection) -> dict:
-    found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
+async def get_task_queue(tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Reading) -> dict:
+    found = _visible_task_queues(caller, await TaskQueueDB.of(conn).read([tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")
     return found[0]

@@ -178,6 +178,13 @@ class RequestConnections:
         finally:
             self._slots.release()
 
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncConnection]:
+        """A request's connection in a transaction that only reads (`read_transaction`): for a
+        route that reads through data-access classes and changes nothing."""
+        async with self.connect() as conn, read_transaction(conn):
+            yield conn
+
 
 @asynccontextmanager
 async def read_transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:

@@ -111,9 +111,3 @@ async def get_pilot(conn: AsyncConnection, reference: str, requester: str | None
             raise NotFound(f"pilot {reference!r} is not on record")
         job_ids = await pilot_db.job_ids(reference)
     return {**pilot_dict(row), "job_ids": job_ids}
-
-
-async def per_site(conn: AsyncConnection, since: datetime) -> list[Any]:
-    """Per site, the pilots last seen since `since`, the jobs they took and their empty matches."""
-    async with read_transaction(conn):
-        return await PilotDB.of(conn).per_site(since)

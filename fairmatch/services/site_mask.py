@@ -24,13 +24,6 @@ from fairmatch.errors import NotFound
 from fairmatch.services import audit
 from fairmatch.services.process import changing
 
-
-async def list_mask(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Every banned site, by name."""
-    async with read_transaction(conn):
-        return await SiteMaskDB.of(conn).all()
-
-
 SIMILAR = 3  # known sites offered for an unknown one
 LIKENESS = 0.75  # how alike (difflib's ratio, ignoring case) a known site must be to be offered
 

@@ -76,8 +76,8 @@ async def test_the_keeper_sees_this_process_s_changes_before_its_next_match(engi
         assert keeper.catalog.sharing_groups == frozenset() and keeper.catalog.limited_sites == frozenset()
         await groups.put_group(conn, "prod", GroupUpdate(job_share=1000, properties=[JOB_SHARING]))
         assert (await keeper.current(conn)).sharing_groups == frozenset({"prod"})
-        await limits.replace_limits(conn, [Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod",
-                                                 running_limit=1)])  # fmt: skip
+        limit = Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod", running_limit=1)
+        await limits.replace_limits(conn, [limit], by="admin", asked={})
         assert "LCG.A.xx" in (await keeper.current(conn)).limited_sites
 
 

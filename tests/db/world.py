@@ -14,10 +14,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.priority.groups import GroupUpdate
-from fairmatch.services import groups, history, jobs, matching, priorities, submission, taskqueues
+from fairmatch.services import groups, history, jobs, matching, priorities, submission
 from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
@@ -54,7 +56,8 @@ class World:
         return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")
 
     async def task_queues(self) -> list[dict[str, Any]]:
-        return await taskqueues.read_task_queues(self.conn)
+        async with read_transaction(self.conn):
+            return await TaskQueueDB.of(self.conn).read()
 
     async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
         described = ClaimingResource(**resource)
