@@ -204,7 +204,7 @@ async def time_pages(
                 print(f"{RUNNING_JOBS:,} jobs matched and started, {EMPTY_MATCHES:,} empty matches", file=sys.stderr)
                 await run_pilots(client, random.Random(seed))
                 await asyncio.sleep(SETTLE_SECONDS)  # the empty matches' tally is written
-                await take_samples(app.state.engine)
+                await take_samples(app.state.process.engine)
             known.update(running(url))
             for name, template in PAGES:
                 path = template.format(**known)

@@ -22,7 +22,7 @@ from fairmatch.matching.choice import choose, choose_level
 from fairmatch.matching.eligibility import analysis, conditions, eligible
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.matching.settings import MatchingSettings
-from fairmatch.services.keeper import Keeper
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 
@@ -34,7 +34,7 @@ def _percentile(values: list[float], q: float) -> float:
 async def _time(url: str, resources: list[dict], rounds: int) -> dict:
     settings = Settings(database_url=url)
     engine = create_engine(url)
-    keeper = Keeper(settings.matching)
+    keeper = Process(engine, matching=settings.matching).keeper
     try:
         async with engine.connect() as conn:
             started = time.perf_counter()

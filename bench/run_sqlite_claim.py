@@ -39,7 +39,7 @@ from fairmatch.db.engine import create_engine
 from fairmatch.jobs.models import JobSpec
 from fairmatch.matching.resource import ClaimingResource
 from fairmatch.services import matching, priorities, submission
-from fairmatch.services.keeper import Keeper
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 PILOT = {"Site": "BENCH", "CPUTime": 10**7}
@@ -79,13 +79,13 @@ async def _fairmatch(url: str, matches: int) -> tuple[float, float]:
     """Seconds and CPU seconds for `matches` matches through the service."""
     settings = Settings(database_url=url)
     engine = create_engine(url, pool_size=1)
-    keeper, rng = Keeper(settings.matching), random.Random(2)
+    process, rng = Process(engine, matching=settings.matching), random.Random(2)
     pilot = ClaimingResource(**PILOT)
     try:
         async with engine.connect() as conn:
             started, cpu = time.perf_counter(), time.process_time()
             for _ in range(matches):
-                if await matching.match(conn, pilot, settings, rng, "bench", keeper) is None:
+                if await matching.match(conn, pilot, settings, rng, "bench", process) is None:
                     raise SystemExit("the queues ran dry: ask for fewer --matches or more --jobs")
             return time.perf_counter() - started, time.process_time() - cpu
     finally:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import random
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, FastAPI
@@ -33,15 +32,13 @@ from fairmatch.api import (
 )
 from fairmatch.api import groups as groups_api
 from fairmatch.api import status as status_api
-from fairmatch.api.deps import MatchingContext
 from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import TokenVerifier
 from fairmatch.console import router as console
-from fairmatch.db.engine import RequestConnections, create_engine
+from fairmatch.db.engine import create_engine
 from fairmatch.services import background
-from fairmatch.services.gauges import DatabaseGauges
-from fairmatch.services.keeper import Keeper
 from fairmatch.services.priorities import configured_corrections
+from fairmatch.services.process import Process
 from fairmatch.services.startup import prepare_database
 from fairmatch.settings import Settings, get_settings
 
@@ -98,22 +95,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pool_size=settings.database.pool_size + BACKGROUND_CONNECTIONS,
             prepared_statements=settings.database.prepared_statements,
         )
+        process = Process.start(engine, settings)
         try:
             await prepare_database(engine, settings)
         except BaseException:
             await engine.dispose()
             raise
-        app.state.engine = engine
-        app.state.connections = RequestConnections(engine, settings.database.pool_size)
+        # what the app was configured with, and what its process keeps in memory
         app.state.settings = settings
         app.state.verifier = verifier
         app.state.corrections = corrections
-        app.state.gauges = DatabaseGauges(settings.server.metrics_cache_seconds)
-        keeper = Keeper(settings.matching)
-        app.state.matching = MatchingContext(settings, random.Random(), keeper)
+        app.state.process = process
         _settle_garbage_collection()
-        tasks = background.start(engine, settings, corrections)
-        tasks.append(asyncio.create_task(keeper.run(engine)))
+        tasks = background.start(process, settings, corrections)
         try:
             yield
         finally:

@@ -50,7 +50,7 @@ from bench.run_env import wait_until_ready  # also imported from here by the tes
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
 from fairmatch.db import migrate
-from fairmatch.db.priorities import PRIORITY_LOCK
+from fairmatch.db.priority_runs import PRIORITY_LOCK
 from fairmatch.db.tables import metadata
 from tests.asgi_server import InProcessServer, settings_of
 from tests.forked_server import ForkedServerProcess

@@ -17,7 +17,7 @@ from starlette.requests import Request
 
 from fairmatch.api import matching as matching_api
 from fairmatch.api.body_limits import RequestLimits
-from fairmatch.api.deps import _authenticate, connection, matching_context
+from fairmatch.api.deps import _authenticate, connection, process_of
 from fairmatch.api.observe import Observe
 from fairmatch.main import create_app
 from fairmatch.matching.pinning import pin_resource
@@ -39,11 +39,9 @@ def create_raw_app(settings: Settings | None = None) -> Any:
         body = (await receive())["body"]
         caller = _authenticate(request)
         resource = pin_resource(caller, ClaimingResource.model_validate_json(body))
-        context = matching_context(request)
+        process = process_of(request)
         async with connection(request) as conn:
-            job = await service.match(
-                conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
-            )
+            job = await service.match(conn, resource, settings, process.rng, requester=caller.sub, process=process)
         if job is None:
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -23,10 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fairmatch.auth import policy
 from fairmatch.auth.settings import AuthMode
 from fairmatch.auth.tokens import ANONYMOUS_ADMIN, Principal, Role
-from fairmatch.db.engine import RequestConnections
 from fairmatch.errors import Forbidden, Unauthorized
-from fairmatch.services.keeper import Keeper
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
+
+
+def process_of(request: Request) -> Process:
+    """This process's state (`fairmatch.services.process`), made once when the app started."""
+    return request.app.state.process
 
 
 def connection(request: Request) -> AbstractAsyncContextManager[AsyncConnection]:
@@ -34,8 +36,8 @@ def connection(request: Request) -> AbstractAsyncContextManager[AsyncConnection]
     pilots' calls, where FastAPI's handling of a `yield` dependency cost more than the
     rest of their dependencies together. The route also asks for none when its body
     is refused."""
-    connections: RequestConnections = request.app.state.connections
-    return connections.connect()
+    process: Process = request.app.state.process
+    return process.connections.connect()
 
 
 # Dependencies are coroutines: FastAPI runs plain functions in a thread pool,
@@ -45,25 +47,17 @@ async def _connection(request: Request) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
+async def _reading(request: Request) -> AsyncIterator[AsyncConnection]:
+    async with process_of(request).connections.reading() as conn:
+        yield conn
+
+
 async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-@dataclass(frozen=True, slots=True)
-class MatchingContext:
-    """What a match needs from the process, built once at start-up (`matching_context`)."""
-
-    settings: Settings
-    rng: random.Random
-    keeper: Keeper
-
-
-def matching_context(request: Request) -> MatchingContext:
-    return request.app.state.matching
-
-
-async def _matching_context(request: Request) -> MatchingContext:
-    return matching_context(request)
+async def _process(request: Request) -> Process:
+    return process_of(request)
 
 
 @functools.lru_cache(maxsize=1024)  # parsing an address costs more than the rest of the check
@@ -126,8 +120,10 @@ OPEN_PATHS = frozenset({
 })  # fmt: skip
 
 Connection = Annotated[AsyncConnection, Depends(_connection)]
+# a connection in a read transaction, for a route that reads data-access classes and writes nothing
+Reading = Annotated[AsyncConnection, Depends(_reading)]
 CurrentSettings = Annotated[Settings, Depends(_settings)]
-Matching = Annotated[MatchingContext, Depends(_matching_context)]
+ThisProcess = Annotated[Process, Depends(_process)]
 
 # The callers a route admits (fairmatch/auth/policy.py names the role sets).
 Admin = Annotated[Principal, Depends(allow(*policy.ADMINS))]

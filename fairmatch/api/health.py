@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from fairmatch.api.deps import process_of
 from fairmatch.api.schemas import Health
 from fairmatch.db.engine import ping
 from fairmatch.metrics import process_metrics
@@ -26,7 +27,7 @@ async def healthz() -> dict:
 )
 async def readyz(request: Request) -> dict | JSONResponse:
     try:
-        await ping(request.app.state.engine)
+        await ping(process_of(request).engine)
     except Exception:  # any failure to reach the database means not ready
         return JSONResponse({"status": "unavailable"}, status_code=503, headers={"Retry-After": "5"})
     return {"status": "ready"}
@@ -39,6 +40,7 @@ async def readyz(request: Request) -> dict | JSONResponse:
     summary="Prometheus metrics (text exposition format)",
 )
 async def metrics(request: Request) -> Response:
-    gauges = request.app.state.gauges
-    await gauges.refresh(request.app.state.engine)
+    process = process_of(request)
+    gauges = process.gauges
+    await gauges.refresh(process.engine)
     return Response(process_metrics() + gauges.exposition(), media_type=CONTENT_TYPE_LATEST)

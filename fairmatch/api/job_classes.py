@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
-from fairmatch.api.deps import Admin, Connection, Submitters
+from fairmatch.api.deps import Admin, Connection, Reading, Submitters
+from fairmatch.db.job_classes import JobClassDB
 from fairmatch.errors import NotFound
 from fairmatch.fields import Name
 from fairmatch.jobs.classes import JobClassSpec
 from fairmatch.jobs.priority_classes import job_class_usable
-from fairmatch.services import audit
 from fairmatch.services import job_classes as class_service
 
 router = APIRouter(prefix="/job-classes", tags=["job classes"])
@@ -38,9 +38,9 @@ class JobClassList(BaseModel):
 
 
 @router.get("", response_model=JobClassList, summary="All job classes (a user: those it may use), by name")
-async def list_job_classes(caller: Submitters, conn: Connection) -> dict:
+async def list_job_classes(caller: Submitters, conn: Reading) -> dict:
     """Admins and operators read every class, users those their own jobs may use; pilots none."""
-    usable = [c for c in await class_service.list_classes(conn) if job_class_usable(caller, c)]
+    usable = [c for c in await JobClassDB.of(conn).all() if job_class_usable(caller, c)]
     return {"job_classes": [c.as_dict() for c in usable]}
 
 
@@ -65,10 +65,7 @@ async def put_job_class(
     """The body is the whole definition: an omitted field takes its default.
     200 with the stored class when it existed, 201 when it was created.
     Jobs already submitted keep the priority class they were given."""
-    job_class, created = await class_service.put_class(conn, name, body)
-    await audit.record(
-        conn, caller.sub, "job_class.put", name, {"asked": body.model_dump(mode="json"), "created": created}
-    )
+    job_class, created = await class_service.put_class(conn, name, body, by=caller.sub)
     if created:
         response.status_code = 201
     return job_class.as_dict()
@@ -83,6 +80,5 @@ async def put_job_class(
 async def delete_job_class(name: ClassName, caller: Admin, conn: Connection) -> Response:
     """Refused with a 409 while waiting jobs use the class: kill, reschedule or change their class
     first. Jobs that run or finished keep its name."""
-    await class_service.delete_class(conn, name)
-    await audit.record(conn, caller.sub, "job_class.delete", name)
+    await class_service.delete_class(conn, name, by=caller.sub)
     return Response(status_code=204)

@@ -8,22 +8,25 @@ from fastapi import APIRouter, Path, Request, Response
 
 from fairmatch.api.deps import (
     Connection,
-    Matching,
+    CurrentSettings,
     Operators,
     Pilots,
     PilotsAndOperators,
+    Reading,
     Submitters,
+    ThisProcess,
     connection,
-    matching_context,
+    process_of,
 )
 from fairmatch.api.schemas import Job, MatchingTaskQueueList, TaskQueue, TaskQueueList
 from fairmatch.auth import policy
 from fairmatch.auth.tokens import Principal
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import NotFound
 from fairmatch.matching.pinning import pin_resource
 from fairmatch.matching.resource import ClaimingResource, DryRunResource
-from fairmatch.services import audit, taskqueues
 from fairmatch.services import matching as service
+from fairmatch.services import taskqueues
 
 router = APIRouter(tags=["matching"])
 
@@ -42,10 +45,10 @@ router = APIRouter(tags=["matching"])
 )
 async def match(resource: ClaimingResource, caller: Pilots, request: Request) -> Response:
     resource = pin_resource(caller, resource)
-    context = matching_context(request)
+    process = process_of(request)
     async with connection(request) as conn:
         job = await service.match(
-            conn, resource, context.settings, context.rng, requester=caller.sub, keeper=context.keeper
+            conn, resource, request.app.state.settings, process.rng, requester=caller.sub, process=process
         )
     if job is None:
         return Response(status_code=204)
@@ -59,10 +62,14 @@ async def match(resource: ClaimingResource, caller: Pilots, request: Request) ->
     summary="Dry run: the TQs this resource may match, with their chances",
 )
 async def matching_task_queues(
-    resource: DryRunResource, caller: PilotsAndOperators, conn: Connection, context: Matching
+    resource: DryRunResource,
+    caller: PilotsAndOperators,
+    conn: Connection,
+    settings: CurrentSettings,
+    process: ThisProcess,
 ) -> dict:
     resource = pin_resource(caller, resource)
-    return await service.explain(conn, resource, context.settings, context.keeper, include_empty=resource.include_empty)
+    return await service.explain(conn, resource, settings, process.keeper, include_empty=resource.include_empty)
 
 
 def _visible_task_queues(caller: Principal, tqs: list[TaskQueue]) -> list[TaskQueue]:
@@ -72,8 +79,8 @@ def _visible_task_queues(caller: Principal, tqs: list[TaskQueue]) -> list[TaskQu
 
 
 @router.get("/taskqueues", response_model=TaskQueueList, summary="All task queues")
-async def list_task_queues(caller: Submitters, conn: Connection) -> dict:
-    tqs = await taskqueues.read_task_queues(conn)
+async def list_task_queues(caller: Submitters, conn: Reading) -> dict:
+    tqs = await TaskQueueDB.of(conn).read()
     return {"task_queues": _visible_task_queues(caller, tqs)}
 
 
@@ -94,16 +101,15 @@ TaskQueueId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The task queu
 async def delete_task_queue(tq_id: TaskQueueId, caller: Operators, conn: Connection) -> Response:
     """As DIRAC's `deleteTaskQueueIfEmpty`. Empty queues are otherwise deleted by the
     background sweep once unchanged for a while; a queue holding jobs stays (409)."""
-    await taskqueues.delete_task_queue(conn, tq_id)
-    await audit.record(conn, caller.sub, "task_queue.delete", str(tq_id))
+    await taskqueues.delete_task_queue(conn, tq_id, by=caller.sub)
     return Response(status_code=204)
 
 
 @router.get("/taskqueues/{tq_id}", response_model=TaskQueue, summary="One task queue")
 async def get_task_queue(
-    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Connection
+    tq_id: Annotated[int, Path(ge=1, le=2**63 - 1)], caller: Submitters, conn: Reading
 ) -> TaskQueue:
-    found = _visible_task_queues(caller, await taskqueues.read_task_queues(conn, [tq_id]))
+    found = _visible_task_queues(caller, await TaskQueueDB.of(conn).read([tq_id]))
     if not found:
         raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")
     return found[0]

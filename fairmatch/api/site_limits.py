@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
 
-from fairmatch.api.deps import Admin, Connection, Operators
+from fairmatch.api.deps import Admin, Connection, Operators, Reading
+from fairmatch.db.limits import LimitDB
 from fairmatch.fields import Int, Name
 from fairmatch.limits.rules import DIRAC_NAMES, WHOLE_SITE, Attribute, Limit
-from fairmatch.services import audit
 from fairmatch.services import limits as limit_service
 
 router = APIRouter(prefix="/limits", tags=["limits"])
@@ -94,13 +94,9 @@ class LimitList(BaseModel):
     limits: list[LimitView]
 
 
-async def _current(conn: Connection) -> dict:
-    return {"limits": await limit_service.list_limits(conn)}
-
-
 @router.get("", response_model=LimitList, summary="Every site limit with its current state")
-async def list_limits(caller: Operators, conn: Connection) -> dict:
-    return await _current(conn)
+async def list_limits(caller: Operators, conn: Reading) -> dict:
+    return {"limits": await LimitDB.of(conn).list()}
 
 
 @router.put("", response_model=LimitList, summary="Replace every site limit (admin)")
@@ -112,6 +108,5 @@ async def put_limits(body: LimitSet, caller: Admin, conn: Connection) -> dict:
         ),
         key=lambda limit: limit.key,
     )
-    await limit_service.replace_limits(conn, limits)
-    await audit.record(conn, caller.sub, "site_limits.put", None, {"asked": body.model_dump(mode="json")})
-    return await _current(conn)
+    asked = body.model_dump(mode="json")
+    return {"limits": await limit_service.replace_limits(conn, limits, by=caller.sub, asked=asked)}

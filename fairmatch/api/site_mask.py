@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fairmatch.api.deps import AnyRole, Connection, Operators
+from fairmatch.api.deps import AnyRole, Connection, Operators, Reading
+from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.fields import Name
 from fairmatch.priority.groups import Description
 from fairmatch.services import site_mask as mask_service
@@ -74,9 +75,9 @@ class SiteMask(BaseModel):
 
 
 @router.get("", response_model=SiteMask, summary="The banned sites")
-async def list_site_mask(caller: AnyRole, conn: Connection) -> dict:
+async def list_site_mask(caller: AnyRole, conn: Reading) -> dict:
     """Every role may read the mask: a pilot may learn why its site gets only test jobs."""
-    return {"sites": await mask_service.list_mask(conn)}
+    return {"sites": await SiteMaskDB.of(conn).all()}
 
 
 @router.get("/check" + SITE_PATH, response_model=SiteCheck, summary="Whether a pilot reported a site, before a ban")

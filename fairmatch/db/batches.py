@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.engine import PerEngine
 from fairmatch.db.raw import Row, autocommitted, row_of
 from fairmatch.errors import DatabaseError, DatabaseUnavailable
 
@@ -51,7 +50,8 @@ class _Statement:
 
 
 class Batches:
-    """The hot statements of one engine's process, sent in batches."""
+    """The hot statements of one process, sent in batches; the process keeps one
+    (`fairmatch.services.process.Process.batches`) and hands it to the claims and reports."""
 
     def __init__(self) -> None:
         self._waiting: list[_Statement] = []
@@ -151,11 +151,3 @@ async def _pipelined(conn: Any, batch: list[_Statement]) -> list[Row]:
 def _fail(statement: _Statement, exc: BaseException) -> None:
     if not statement.answer.done():
         statement.answer.set_exception(exc)
-
-
-_BATCHES = PerEngine(Batches)
-
-
-def batches_of(engine: AsyncEngine) -> Batches:
-    """The one batcher of this engine's process."""
-    return _BATCHES.of(engine)

@@ -62,7 +62,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
-from fairmatch.db.batches import batches_of
+from fairmatch.db.batches import Batches
 from fairmatch.db.limits import LimitDB
 from fairmatch.db.pilots import claimed_by_pilot
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, site_limits, tq_jobs
@@ -252,6 +252,7 @@ class Claiming:
 
     claimant: Claimant
     rng: random.Random
+    batches: Batches  # the process's shared round trips (PostgreSQL)
     on_batch: Callable[[int], None] | None = None
 
 
@@ -272,15 +273,18 @@ class ClaimDB(AreaDB):
         conn: AsyncConnection,
         claimant: Claimant,
         rng: random.Random,
+        batches: Batches,
         on_batch: Callable[[int], None] | None = None,
     ) -> ClaimDB:
-        """The claim port of this connection's backend, for one claimant."""
-        return cls._backends[conn.dialect.name](conn, Claiming(claimant, rng, on_batch))
+        """The claim port of this connection's backend, for one claimant. The claims share
+        round trips in the process's `batches` (PostgreSQL); `on_batch` hears how many each
+        carried."""
+        return cls._backends[conn.dialect.name](conn, Claiming(claimant, rng, batches, on_batch))
 
     @property
     def _setup(self) -> Claiming:
         if self._claiming is None:
-            raise TypeError("a claim needs its claimant: ClaimDB.claiming(conn, claimant, rng)")
+            raise TypeError("a claim needs its claimant: ClaimDB.claiming(conn, claimant, rng, batches)")
         return self._claiming
 
     async def claim(self, target: ClaimTarget) -> Outcome:
@@ -350,7 +354,8 @@ class ClaimDB(AreaDB):
 
 class PostgresClaimDB(PostgresStatements, ClaimDB, dialect="postgresql"):
     async def _claim_alone(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:
-        row = await batches_of(self.conn.engine).run(self.conn, _statement(target), params, self._setup.on_batch)
+        setup = self._setup
+        row = await setup.batches.run(self.conn, _statement(target), params, setup.on_batch)
         return _outcome(row)
 
     async def _claim_step(self, target: ClaimTarget, params: dict[str, Any]) -> Claimed | Missed:

@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, String, any_, exists, func, literal, selec
 
 from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
-from fairmatch.db.priorities import per_level
+from fairmatch.db.loads import per_level
 from fairmatch.db.tables import jobs, task_queues, tq_jobs
 
 SortKey = Literal["id", "owner", "group", "priority", "class", "jobs", "oldest"]

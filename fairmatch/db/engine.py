@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Generic, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
@@ -180,6 +178,13 @@ class RequestConnections:
         finally:
             self._slots.release()
 
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncConnection]:
+        """A request's connection in a transaction that only reads (`read_transaction`): for a
+        route that reads through data-access classes and changes nothing."""
+        async with self.connect() as conn, read_transaction(conn):
+            yield conn
+
 
 @asynccontextmanager
 async def read_transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
@@ -211,21 +216,3 @@ async def ping(engine: AsyncEngine) -> None:
     """One round trip to the database; raises when it cannot be reached."""
     async with engine.connect() as conn:
         await conn.execute(text("SELECT 1"))
-
-
-T = TypeVar("T")
-
-
-class PerEngine(Generic[T]):
-    """One `T` per engine, made on first use: what a process keeps for its database
-    (its claim batches, its count of empty matches), dropped with the engine."""
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self._make = make
-        self._made: weakref.WeakKeyDictionary[object, T] = weakref.WeakKeyDictionary()
-
-    def of(self, engine: AsyncEngine) -> T:
-        made = self._made.get(engine.sync_engine)
-        if made is None:
-            made = self._made[engine.sync_engine] = self._make()
-        return made

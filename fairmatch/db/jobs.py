@@ -27,7 +27,7 @@ from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
 from fairmatch.db.accounting import AccountingDB, charge_insert
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
-from fairmatch.db.batches import batches_of
+from fairmatch.db.batches import Batches
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
 from fairmatch.jobs.filters import JobFilter, JobOrder
@@ -362,7 +362,7 @@ class JobDB(AreaDB):
         ).first()
         return row is not None
 
-    async def report(self, report: StatusReport, scope: JobScope) -> Reported:
+    async def report(self, report: StatusReport, scope: JobScope, batches: Batches) -> Reported:
         """Take a status report in a transaction of its own: under the row lock, the job takes
         the report's transition from the status it is in, if it may."""
         transition = report.transition
@@ -428,17 +428,17 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
                     await copy.write_row((job_id, JobStatus.Waiting.value, now, "submit", by))
         return ids
 
-    async def report(self, report: StatusReport, scope: JobScope) -> Reported:
+    async def report(self, report: StatusReport, scope: JobScope, batches: Batches) -> Reported:
         """One autocommitted statement (`_report_sql`) on the driver's connection, sharing a round
         trip and a commit with the process's concurrent claims and reports, when the report
         carries what the job is charged; otherwise the charge is the CPU seconds the job
         stored before, read under the row lock in a transaction."""
         transition = report.transition
         if transition.needs_stored_cpu_seconds or not report.used.fits_one_processor():
-            return await super().report(report, scope)
+            return await super().report(report, scope, batches)
         where, scope_params = _visible_sql(scope)
         # in this process's next batch of hot statements (fairmatch/db/batches.py)
-        row: Any = await batches_of(self.conn.engine).run(self.conn, _report_sql(where), {
+        row: Any = await batches.run(self.conn, _report_sql(where), {
             **_transition_params(transition), "job_id": report.job_id, "by": report.by,
             "latest_match": report.used.latest_match(), **scope_params,
         })  # fmt: skip
@@ -446,7 +446,7 @@ class PostgresJobDB(PostgresStatements, JobDB, dialect="postgresql"):
         before = None if row.status_before is None else JobStatus(row.status_before)
         if row.id is None and before is not None and before in transition.taken_from:
             # refused for the time it reports, as one processor: checked again with the job's own
-            return await super().report(report, scope)
+            return await super().report(report, scope, batches)
         return Reported(before, None if row.id is None else row)
 
 

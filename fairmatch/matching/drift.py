@@ -62,7 +62,7 @@ def share_drift(
     matching: MatchingSettings,
 ) -> list[ShareDrift]:
     """The drifts a setting explains. `samples`: (instant, group, running), '' for an instant
-    with nothing running, as `PriorityDB.running_history` reads them (only the latest
+    with nothing running, as `RunningSampleDB.running_history` reads them (only the latest
     `DRIFT_SAMPLES` instants count); `waiting_cpu`: each group with waiting jobs, the longest
     CPU bucket among them."""
     if not matching.prefer_longest_cpu or not waiting_cpu:

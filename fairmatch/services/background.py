@@ -25,13 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from fairmatch.clock import utcnow
 from fairmatch.errors import DatabaseError
 from fairmatch.priority.settings import CorrectionsConfig
-from fairmatch.services import accounting, history, pilots, retention, taskqueues, watchdogs
+from fairmatch.services import accounting, history, retention, taskqueues, watchdogs
 from fairmatch.services import priorities as priority_service
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.background")
 
-# how often a process writes the 204s it counted (fairmatch/services/pilots.py)
+# how often a process writes the 204s it counted (fairmatch/services/process.py)
 EMPTY_MATCH_FLUSH_SECONDS = 1.0
 # how often a process sets again the priorities of the groups whose queue its matches ran dry
 DRAINED_REFRESH_SECONDS = 1.0
@@ -63,19 +64,20 @@ async def _every(seconds: float, engine: AsyncEngine, name: str, step: Step, fir
         await asyncio.sleep(max(0.0, started + seconds - loop.time()))
 
 
-async def _flush_quietly(conn: AsyncConnection) -> None:
-    """Every second: not worth a line in the log."""
-    await pilots.flush_empty_matches(conn)
-
-
-async def _write_empty_matches(engine: AsyncEngine, seconds: float) -> None:
+async def _write_empty_matches(process: Process, seconds: float) -> None:
     """The 204s counted every `seconds`, and what is left when the process stops."""
+    tally = process.empty_matches
+
+    async def flush_quietly(conn: AsyncConnection) -> None:
+        """Every second: not worth a line in the log."""
+        await tally.flush(conn)
+
     try:
-        await _every(seconds, engine, "pilots' empty matches written", _flush_quietly)
+        await _every(seconds, process.engine, "pilots' empty matches written", flush_quietly)
     except asyncio.CancelledError:
         try:
-            async with engine.connect() as conn:
-                await pilots.flush_empty_matches(conn)
+            async with process.engine.connect() as conn:
+                await tally.flush(conn)
         except Exception as exc:  # the counts of this process are lost; the service stops anyway
             log.warning("pilots' empty matches not written at shutdown: %s", exc)
         raise
@@ -90,8 +92,9 @@ async def watch_jobs(conn: AsyncConnection, settings: Settings) -> int:
     )
 
 
-def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
-    runner = runner_name()
+def start(process: Process, settings: Settings, corrections: CorrectionsConfig) -> list[asyncio.Task]:
+    """The process's periodic work, its keeper's polls included."""
+    engine, runner = process.engine, runner_name()
     # the corrections' longest slice, the console's chart of shares, and an hour at least
     keep = max(corrections.longest_time_span(), settings.console.samples_kept().total_seconds(), 3600)
     p = settings.priority
@@ -126,7 +129,8 @@ def start(engine: AsyncEngine, settings: Settings, corrections: CorrectionsConfi
         asyncio.create_task(_every(p.sample_seconds, engine, "running jobs sampled", sample, first_delay=0)),
         asyncio.create_task(_every(p.interval_seconds, engine, "task-queue priorities changed", recompute,
                                    first_delay=min(1.0, p.interval_seconds))),
-        asyncio.create_task(_write_empty_matches(engine, EMPTY_MATCH_FLUSH_SECONDS)),
+        asyncio.create_task(_write_empty_matches(process, EMPTY_MATCH_FLUSH_SECONDS)),
+        asyncio.create_task(process.keeper.run(engine)),
         asyncio.create_task(_every(DRAINED_REFRESH_SECONDS, engine, "groups with a queue run dry given new priorities",
                                    lambda c: priority_service.refresh_drained(c, settings))),
     ]  # fmt: skip

@@ -19,7 +19,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.gauges import GaugeDB
+from fairmatch.db.groups import GroupDB
+from fairmatch.db.priority_runs import PriorityRunDB
 from fairmatch.errors import DatabaseError
 from fairmatch.jobs.lifecycle import JobStatus
 from fairmatch.priority.groups import target_shares
@@ -43,13 +45,13 @@ class Snapshot:
 async def read_snapshot(engine: AsyncEngine) -> Snapshot:
     """The shared state, read in one transaction of its own."""
     async with engine.connect() as conn, read_transaction(conn):
-        db = PriorityDB.of(conn)
+        db = GaugeDB.of(conn)
         waiting = await db.waiting_per_group()
         holding = await db.holding_per_group_and_status()
         by_status = await db.jobs_per_status()
         tq_count = await db.task_queue_count()
-        shares = await db.group_shares()
-        report = await db.latest_report()
+        shares = await GroupDB.of(conn).group_shares()
+        report = await PriorityRunDB.of(conn).latest_report()
     group_jobs = {**{(group, JobStatus.Waiting.value): n for group, n in waiting.items()}, **holding}
     return Snapshot(
         group_jobs=group_jobs,

@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.groups import GroupDB
 from fairmatch.errors import NotFound
 from fairmatch.priority.groups import GroupUpdate, stored_values
 from fairmatch.priority.settings import GroupSettings
+from fairmatch.services.process import changing
 
 
 async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSettings]) -> None:
@@ -24,14 +24,14 @@ async def create_missing(conn: AsyncConnection, configured: dict[str, GroupSetti
         for name, g in sorted(configured.items())
     ]
     async with conn.begin():
-        await PriorityDB.of(conn).create_missing_groups(rows)
+        await GroupDB.of(conn).create_missing_groups(rows)
 
 
 async def list_groups(conn: AsyncConnection, visible: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """All groups by name, with the groups of waiting jobs that have no configuration (as the
     policies see them: the defaults); `visible` (when not None) restricts them to those names."""
     async with read_transaction(conn):
-        db = PriorityDB.of(conn)
+        db = GroupDB.of(conn)
         configured = await db.all_groups(visible)
         queued = await db.queued_groups(visible)
     known = {group["name"] for group in configured}
@@ -50,7 +50,7 @@ async def get_group(conn: AsyncConnection, name: str, visible: frozenset[str] | 
     if visible is not None and name not in visible:
         raise NotFound(f"group {name!r} does not exist")
     async with read_transaction(conn):
-        group = await PriorityDB.of(conn).group(name)
+        group = await GroupDB.of(conn).group(name)
     if group is None:
         raise NotFound(f"group {name!r} does not exist")
     return group
@@ -59,7 +59,7 @@ async def get_group(conn: AsyncConnection, name: str, visible: frozenset[str] | 
 async def delete_group(conn: AsyncConnection, name: str) -> None:
     """Forget a group's configuration: its jobs stay, at the defaults. NotFound if it had none."""
     async with changing(conn):
-        if not await PriorityDB.of(conn).delete_group(name):
+        if not await GroupDB.of(conn).delete_group(name):
             raise NotFound(f"group {name!r} is not configured")
 
 
@@ -68,4 +68,4 @@ async def put_group(conn: AsyncConnection, name: str, spec: GroupUpdate) -> tupl
     This process's matcher hears of it before its next match."""
     values = stored_values(spec.job_share, spec.properties, spec.allow_background_tqs, spec.priority, spec.description)
     async with changing(conn):
-        return await PriorityDB.of(conn).put_group(name, values)
+        return await GroupDB.of(conn).put_group(name, values)

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.priorities import SAMPLER_LOCK, PriorityDB
 from fairmatch.db.reported_running import ReportedRunningDB
+from fairmatch.db.running_samples import SAMPLER_LOCK, RunningSampleDB
 
 
 async def sample(
@@ -20,7 +20,7 @@ async def sample(
     Also prunes samples older than `keep_seconds`. True if a sample was taken.
     """
     async with conn.begin():
-        db = PriorityDB.of(conn)
+        db = RunningSampleDB.of(conn)
         if not await db.try_leader_lock(SAMPLER_LOCK):
             return False
         last = await db.last_sample_time()

@@ -1,4 +1,4 @@
-"""Job classes as the API reads and replaces them."""
+"""Job classes as the API reads, replaces and deletes them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from fairmatch.db.engine import read_transaction
 from fairmatch.db.job_classes import JobClassDB
 from fairmatch.errors import Conflict, NotFound
 from fairmatch.jobs.classes import JobClass, JobClassSpec
-
-
-async def list_classes(conn: AsyncConnection) -> list[JobClass]:
-    async with read_transaction(conn):
-        return await JobClassDB.of(conn).all()
+from fairmatch.services import audit
 
 
 async def get_class(conn: AsyncConnection, name: str) -> JobClass:
@@ -34,15 +30,18 @@ async def load_named(conn: AsyncConnection, names: Iterable[str | None]) -> dict
         return await JobClassDB.of(conn).named(wanted)
 
 
-async def put_class(conn: AsyncConnection, name: str, spec: JobClassSpec) -> tuple[JobClass, bool]:
-    """Create or replace a class in one transaction; returns (the stored class, created?)."""
+async def put_class(conn: AsyncConnection, name: str, spec: JobClassSpec, *, by: str) -> tuple[JobClass, bool]:
+    """Create or replace a class in one transaction, audited as `by`'s; returns (the stored
+    class, created?)."""
     async with conn.begin():
-        return await JobClassDB.of(conn).put(name, spec)
+        job_class, created = await JobClassDB.of(conn).put(name, spec)
+    await audit.record(conn, by, "job_class.put", name, {"asked": spec.model_dump(mode="json"), "created": created})
+    return job_class, created
 
 
-async def delete_class(conn: AsyncConnection, name: str) -> None:
-    """Delete a class no waiting job uses: NotFound if missing, Conflict while jobs wait in it.
-    Jobs that run or finished keep its name; a submission naming it is then refused (one that
+async def delete_class(conn: AsyncConnection, name: str, *, by: str) -> None:
+    """Delete a class no waiting job uses, audited as `by`'s: NotFound if missing, Conflict
+    while jobs wait in it. Jobs that run or finished keep its name; a submission naming it is then refused (one that
     read the class just before may still queue its jobs, with the priority class it gave them)."""
     async with conn.begin():
         db = JobClassDB.of(conn)
@@ -52,3 +51,4 @@ async def delete_class(conn: AsyncConnection, name: str) -> None:
                            "change their class first", waiting_jobs=waiting)  # fmt: skip
         if not await db.delete(name):
             raise NotFound(f"job class {name!r} does not exist")
+    await audit.record(conn, by, "job_class.delete", name)

@@ -25,6 +25,7 @@ from fairmatch.jobs.reports import UsedTime
 from fairmatch.jobs.transition import report_transition
 from fairmatch.jobs.views import Job
 from fairmatch.services import accounting, taskqueues
+from fairmatch.services.process import Process
 from fairmatch.services.queueing import arrivals_of, record_arrivals, refresh_priorities
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import real_priority
@@ -150,7 +151,7 @@ async def report_status(
         new, report.minor_status, report.cpu_seconds, report.wall_seconds, now, settings.accounting
     )
     used = UsedTime(report.cpu_seconds, report.wall_seconds, now, settings.jobs.clock_skew_seconds)
-    reported = await JobDB.of(conn).report(StatusReport(job_id, transition, used, by), scope)
+    reported = await JobDB.of(conn).report(StatusReport(job_id, transition, used, by), scope, Process.of(conn).batches)
     if reported.before is None:
         raise missing(job_id)
     if reported.out_of_bounds is not None:

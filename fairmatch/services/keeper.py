@@ -29,15 +29,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fairmatch.clock import as_utc
+from fairmatch.db.change_signal import ChangeSignal
 from fairmatch.db.engine import read_transaction
+from fairmatch.db.groups import GroupDB
 from fairmatch.db.limits import LimitDB
-from fairmatch.db.priorities import PriorityDB
 from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import DatabaseError
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.settings import MatchingSettings
-from fairmatch.taskqueues import changes
 
 log = logging.getLogger("fairmatch.matching")
 
@@ -48,8 +48,9 @@ CHUNK = 500
 
 
 class Keeper:
-    def __init__(self, settings: MatchingSettings) -> None:
+    def __init__(self, settings: MatchingSettings, changes: ChangeSignal) -> None:
         self.settings = settings
+        self.changes = changes  # this process's own writes, caught up on before a match
         self.catalog = Catalog()
         self._read_until: datetime | None = None  # the database's time of the last read
         self._read_at = -float("inf")  # time.monotonic() of the last read
@@ -62,7 +63,7 @@ class Keeper:
 
     async def current(self, conn: AsyncConnection) -> Catalog:
         """The catalog, first brought up to date if this process changed what it mirrors."""
-        if changes.generation() != self._generation:
+        if self.changes.generation != self._generation:
             await self.refresh(conn, unless_current=True)
         return self.catalog
 
@@ -77,7 +78,7 @@ class Keeper:
         """Read what changed; with `sweep` (or once per reload_seconds) also drop the TQs
         other processes deleted, which an exact count of the queues needs."""
         async with self._lock:
-            generation = changes.generation()
+            generation = self.changes.generation
             if unless_current and generation == self._generation:
                 return  # another request caught up while this one waited
             sweep = sweep or time.monotonic() - self._swept_at > self.settings.reload_seconds
@@ -95,7 +96,7 @@ class Keeper:
                 now, rows = await task_queues.changed_since(since, whole=since is None)
                 if since is not None:  # the state of each TQ changed; the whole of those this copy lacks
                     rows = await _with_requirements(task_queues, self.catalog, rows)
-                sharing = await PriorityDB.of(conn).sharing_groups()
+                sharing = await GroupDB.of(conn).sharing_groups()
                 limited = await LimitDB.of(conn).limited_sites()
                 masked = await SiteMaskDB.of(conn).sites()
                 existing = await task_queues.all_ids() if sweep and not rebuild else None

@@ -1,4 +1,4 @@
-"""Site limits as the API and the start-up change them, each change in its own transaction."""
+"""Site limits as an operator replaces them."""
 
 from __future__ import annotations
 
@@ -7,27 +7,20 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.limits import LimitDB
 from fairmatch.limits.rules import Limit
+from fairmatch.services import audit
+from fairmatch.services.process import changing
 
 
-async def list_limits(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Every limit with its running count and last match time."""
-    async with read_transaction(conn):
-        return await LimitDB.of(conn).list()
-
-
-async def replace_limits(conn: AsyncConnection, limits: Sequence[Limit]) -> None:
-    """The whole set at once; this process's matcher hears of it before its next match."""
+async def replace_limits(
+    conn: AsyncConnection, limits: Sequence[Limit], *, by: str, asked: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The whole set at once, audited with what `by` asked; this process's matcher hears of
+    it before its next match. Every limit as it then stands, with its running count."""
     async with changing(conn):
         await LimitDB.of(conn).replace(limits)
-
-
-async def create_missing(conn: AsyncConnection, limits: Sequence[Limit]) -> None:
-    """The configured limits the database lacks (start-up)."""
-    if not limits:
-        return
-    async with conn.begin():
-        await LimitDB.of(conn).create_missing(limits)
+    await audit.record(conn, by, "site_limits.put", None, {"asked": asked})
+    async with read_transaction(conn):
+        return await LimitDB.of(conn).list()

@@ -36,8 +36,7 @@ from fairmatch.metrics import (
     SITE_LIMIT_EXCLUSIONS,
 )
 from fairmatch.services.keeper import Keeper
-from fairmatch.services.pilots import tally_of
-from fairmatch.services.priorities import drained_of
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.matching")
@@ -77,28 +76,29 @@ async def match(
     settings: Settings,
     rng: random.Random,
     requester: str,
-    keeper: Keeper,
+    process: Process,
 ) -> Job | None:
     """Claim the job this resource should run now; None when nothing is eligible.
 
-    `requester` (the caller's identity) is recorded on the job and scopes request ids.
+    `requester` (the caller's identity) is recorded on the job and scopes request ids;
+    `process` holds the catalog the match draws from and what it leaves behind.
     """
     started = time.perf_counter()
     result = "error"
     try:
-        job, result = await _match(conn, resource, settings, rng, requester, keeper)
+        job, result = await _match(conn, resource, settings, rng, requester, process)
         if result == "no_match" and resource.pilot_reference is not None and resource.site is not None:
-            _count_empty(conn, resource, requester)
+            _count_empty(process, resource, requester)
         return job
     finally:
         _match_requests(result).inc()
         MATCH_DURATION.observe(time.perf_counter() - started)
 
 
-def _count_empty(conn: AsyncConnection, resource: ClaimingResource, requester: str) -> None:
+def _count_empty(process: Process, resource: ClaimingResource, requester: str) -> None:
     """A 204 for a pilot on record: counted in this process, written by the background loop."""
     assert resource.pilot_reference is not None and resource.site is not None
-    tally_of(conn.engine).count(
+    process.empty_matches.count(
         resource.pilot_reference,
         requester=requester,
         site=resource.site,
@@ -140,9 +140,10 @@ async def _match(
     settings: Settings,
     rng: random.Random,
     requester: str,
-    keeper: Keeper,
+    process: Process,
 ) -> tuple[Job | None, str]:
     """The job (or None) and how the request ended, for the metrics."""
+    keeper = process.keeper
     options = settings.effective_matching
     query = resource.to_query(options)
     if resource.request_id is not None:
@@ -172,7 +173,7 @@ async def _match(
     try:
         claimed = await run_matcher(
             matcher,
-            ClaimDB.claiming(conn, claimant, rng, on_batch=CLAIM_BATCH_SIZE.observe),
+            ClaimDB.claiming(conn, claimant, rng, process.batches, on_batch=CLAIM_BATCH_SIZE.observe),
             _Surroundings(conn, keeper, query.site, claimant.grid_ce),
         )
     except DuplicateRequest:  # the same request id, claimed concurrently: answer with that job
@@ -189,7 +190,7 @@ async def _match(
         return None, "no_match"
     tq_id = claimed.job.task_queue_id
     if claimed.tq_now_empty:  # its group's share goes to its other queues within a second
-        drained_of(conn.engine).note(claimed.job.owner_group)
+        process.drained_groups.note(claimed.job.owner_group)
     _log_decision(resource, tq_id, claimed.job.id)
     return job_of(claimed.job, matched_from=tq_id), "matched"
 

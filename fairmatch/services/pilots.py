@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import as_utc
-from fairmatch.db.engine import PerEngine, read_transaction
+from fairmatch.db.engine import read_transaction
 from fairmatch.db.pilots import Cursor, EmptyMatches, PilotDB, PilotFilter, pilot_of
 from fairmatch.errors import NotFound
 from fairmatch.matching.pilots import Pilot, PilotSummary
@@ -35,7 +34,8 @@ class _Pending:
 
 
 class EmptyMatchTally:
-    """The 204s this process answered and has not written yet, by pilot reference."""
+    """The 204s this process answered and has not written yet, by pilot reference
+    (`fairmatch.services.process.Process.empty_matches`)."""
 
     def __init__(self) -> None:
         self._pending: dict[str, _Pending] = {}
@@ -90,19 +90,6 @@ class EmptyMatchTally:
                 new.benchmark = old.benchmark
 
 
-_TALLIES = PerEngine(EmptyMatchTally)
-
-
-def tally_of(engine: AsyncEngine) -> EmptyMatchTally:
-    """The one tally of this engine's process."""
-    return _TALLIES.of(engine)
-
-
-async def flush_empty_matches(conn: AsyncConnection) -> int:
-    """The background loop's step: this process's 204s written."""
-    return await tally_of(conn.engine).flush(conn)
-
-
 async def list_pilots(
     conn: AsyncConnection, where: PilotFilter, after: Cursor | None, limit: int
 ) -> tuple[list[PilotSummary], Cursor | None]:
@@ -124,9 +111,3 @@ async def get_pilot(conn: AsyncConnection, reference: str, requester: str | None
             raise NotFound(f"pilot {reference!r} is not on record")
         job_ids = await pilot_db.job_ids(reference)
     return Pilot(**pilot_of(row).model_dump(), job_ids=job_ids)
-
-
-async def per_site(conn: AsyncConnection, since: datetime) -> list[Any]:
-    """Per site, the pilots last seen since `since`, the jobs they took and their empty matches."""
-    async with read_transaction(conn):
-        return await PilotDB.of(conn).per_site(since)

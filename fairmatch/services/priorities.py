@@ -13,17 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.accounting.associations import Association
 from fairmatch.accounting.usage import Node, WindowedUsage
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.accounting import AccountingDB
-from fairmatch.db.change_signal import changing
-from fairmatch.db.engine import PerEngine, read_transaction
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.groups import GroupDB
 from fairmatch.db.job_classes import JobClassDB
-from fairmatch.db.priorities import PRIORITY_LOCK, PriorityDB
+from fairmatch.db.loads import LoadDB
+from fairmatch.db.priority_runs import PRIORITY_LOCK, PriorityRunDB
+from fairmatch.db.running_samples import RunningSampleDB
 from fairmatch.metrics import RECOMPUTE_DURATION
 from fairmatch.priority import corrector, dirac, dirac_cfg, fairshare, multifactor, rank
 from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
@@ -32,6 +34,7 @@ from fairmatch.priority.groups import DEFAULT_JOB_SHARE
 from fairmatch.priority.rank import RankGroup
 from fairmatch.priority.settings import CorrectionsConfig, PrioritySettings
 from fairmatch.services import accounting, audit
+from fairmatch.services.process import Process, changing
 from fairmatch.settings import Settings
 from fairmatch.taskqueues.requirements import levels_of, stored_levels
 
@@ -63,19 +66,20 @@ class DatabaseInputs:
     """The policies' inputs read inside the caller's transaction."""
 
     def __init__(self, conn: AsyncConnection, settings: Settings) -> None:
-        self.priorities = PriorityDB.of(conn)
+        self.groups = GroupDB.of(conn)
+        self.samples = RunningSampleDB.of(conn)
         self.accounting = AccountingDB.of(conn)
         self.job_classes = JobClassDB.of(conn)
         self.conn, self.settings = conn, settings
 
     async def group_policies(self) -> dict[str, dirac.GroupPolicy]:
-        return await self.priorities.group_policies()
+        return await self.groups.group_policies()
 
     async def average_running(self, group: str | None, since: datetime) -> dict[str, float]:
-        return await self.priorities.average_running(group, since)
+        return await self.samples.average_running(group, since)
 
     async def rank_groups(self) -> dict[str, RankGroup]:
-        return await self.priorities.rank_groups()
+        return await self.groups.rank_groups()
 
     async def windowed_usage(self, since: datetime) -> list[WindowedUsage]:
         return await self.accounting.windowed_usage(since)
@@ -84,13 +88,13 @@ class DatabaseInputs:
         return await self.accounting.associations()
 
     async def group_shares(self) -> dict[str, float]:
-        return await self.priorities.group_shares()
+        return await self.groups.group_shares()
 
     async def usage(self, now: datetime) -> dict[Node, float]:
         return await accounting.read_usage(self.conn, now, self.settings)
 
     async def group_levels(self) -> dict[str, int]:
-        return await self.priorities.group_levels()
+        return await self.groups.group_levels()
 
     async def class_priorities(self) -> dict[str, int]:
         return {job_class.name: job_class.priority for job_class in await self.job_classes.all()}
@@ -180,7 +184,7 @@ class Outcome:
     corrections: ShareCorrections = UNCORRECTED
 
 
-async def _apply(db: PriorityDB, rows: list[dict], outcome: Outcome, *, exact: Collection[int] | None = None) -> int:
+async def _apply(db: LoadDB, rows: list[dict], outcome: Outcome, *, exact: Collection[int] | None = None) -> int:
     """Write the priorities and level counts that changed, in id order (a stable lock
     order). Returns how many priorities changed.
 
@@ -277,7 +281,7 @@ async def association_usage(conn: AsyncConnection, settings: Settings) -> list[d
     """Slurm's `sshare -a`, whatever the policy: shares, usage and fair-share factor of each
     association (the imported tree, or groups and the owners with waiting jobs)."""
     async with read_transaction(conn):
-        members = await PriorityDB.of(conn).waiting_members()
+        members = await LoadDB.of(conn).waiting_members()
         shares = await _shares(DatabaseInputs(conn, settings), settings, members, utcnow())
     return [
         {"account": row.account, "user": row.user or None, "parent": _parent_account(row),
@@ -351,17 +355,17 @@ async def recompute(
     waits for the locks and always runs."""
     await accounting.fold_charges(conn, settings, wait=not scheduled)
     async with changing(conn):
-        db = PriorityDB.of(conn)
+        runs, loads = PriorityRunDB.of(conn), LoadDB.of(conn)
         if scheduled:
-            if not await db.try_leader_lock(PRIORITY_LOCK) or await _ran_recently(db, utcnow(), settings):
+            if not await runs.try_leader_lock(PRIORITY_LOCK) or await _ran_recently(runs, utcnow(), settings):
                 return None
         else:
-            await db.leader_lock(PRIORITY_LOCK)
+            await runs.leader_lock(PRIORITY_LOCK)
         started = utcnow()  # the run starts once it holds the lock
         clock = time.perf_counter()
-        rows = await db.waiting_loads()
+        rows = await loads.waiting_loads()
         outcome = await decide(DatabaseInputs(conn, settings), settings, corrections, rows, started)
-        changed = await _apply(db, rows, outcome)
+        changed = await _apply(loads, rows, outcome)
         finished = utcnow()
         report = {
             "policy": settings.priority.policy,
@@ -369,14 +373,14 @@ async def recompute(
             **outcome.report,
             "task_queue_priorities": _task_queue_report(rows, outcome),
         }
-        run_id, report = await db.record_run({
+        run_id, report = await runs.record_run({
             "runner": runner, "started_at": started, "finished_at": finished, "policy": settings.priority.policy,
             "task_queues": len(rows), "report": report,
         }, outcome.corrections)  # fmt: skip
-        await db.prune_runs(run_id, KEEP_RUNS)
+        await runs.prune_runs(run_id, KEEP_RUNS)
     # TQs whose last job left still list levels (claims do not subtract): no matcher draws from them again
     async with changing(conn):
-        await PriorityDB.of(conn).forget_drained_levels()
+        await LoadDB.of(conn).forget_drained_levels()
     RECOMPUTE_DURATION.observe(time.perf_counter() - clock)
     return {
         "runner": runner,
@@ -398,8 +402,8 @@ async def recompute_now(
     return run
 
 
-async def _ran_recently(db: PriorityDB, now: datetime, settings: Settings) -> bool:
-    last = await db.last_run_finished()
+async def _ran_recently(runs: PriorityRunDB, now: datetime, settings: Settings) -> bool:
+    last = await runs.last_run_finished()
     return last is not None and last > now - timedelta(seconds=0.9 * settings.priority.interval_seconds)
 
 
@@ -416,29 +420,29 @@ async def refresh_groups(
     always. The loop refines both.
     """
     async with changing(conn):
-        db = PriorityDB.of(conn)
-        await db.leader_lock(PRIORITY_LOCK)
+        runs, loads = PriorityRunDB.of(conn), LoadDB.of(conn)
+        await runs.leader_lock(PRIORITY_LOCK)
         now = utcnow()
         if settings.priority.policy != "dirac":
-            rows = await db.waiting_loads()
+            rows = await loads.waiting_loads()
             if rows:
                 outcome = await decide(DatabaseInputs(conn, settings), settings, NO_CORRECTIONS, rows, now)
-                await _apply(db, rows, outcome, exact=exact)
+                await _apply(loads, rows, outcome, exact=exact)
             return
-        rows = await db.waiting_loads(group_names)
+        rows = await loads.waiting_loads(group_names)
         if not rows:
             return
-        last = await db.latest_corrections()
-        policies = await db.group_policies()
+        last = await runs.latest_corrections()
+        policies = await GroupDB.of(conn).group_policies()
         decision = dirac.decide(_tq_loads(rows), policies, settings.priority.tq_weight, last.groups, last.owners,
                                 settings.priority.sum_site_variants)  # fmt: skip
-        await _apply(db, rows, Outcome(decision.priorities, decision.origins, {}), exact=exact)
+        await _apply(loads, rows, Outcome(decision.priorities, decision.origins, {}), exact=exact)
 
 
 async def shares(conn: AsyncConnection, settings: Settings, corrections: CorrectionsConfig, *, runner: str) -> dict:
     """The last priority run's decision (sshare); one run is made first if there was none."""
     async with read_transaction(conn):
-        last = await PriorityDB.of(conn).latest_run()
+        last = await PriorityRunDB.of(conn).latest_run()
     if last is None:
         made = await recompute(conn, settings, corrections, runner=runner, scheduled=False)
         assert made is not None  # a forced run always runs
@@ -452,9 +456,9 @@ async def explain_priorities(
     """Every TQ's priority class, priority and its terms or factors (within `scope`); then
     waiting jobs (lowest ids first) with their user priority and the TQ values they inherit."""
     async with read_transaction(conn):
-        db = PriorityDB.of(conn)
-        queues = await db.queue_priorities(task_queue_id, scope)
-        waiting = await db.waiting_jobs(queues, jobs_limit) if queues and jobs_limit else []
+        loads = LoadDB.of(conn)
+        queues = await loads.queue_priorities(task_queue_id, scope)
+        waiting = await loads.waiting_jobs(queues, jobs_limit) if queues and jobs_limit else []
     return {
         "policy": settings.priority.policy,
         "lottery": settings.effective_matching.lottery.value,
@@ -472,33 +476,10 @@ async def explain_priorities(
     }  # fmt: skip
 
 
-class DrainedGroups:
-    """The groups a match of this process left with a task queue run dry: their share stays
-    with their queues still waiting only once their priorities are set again, which the
-    background loop does within a second instead of at the next priority run."""
-
-    def __init__(self) -> None:
-        self._groups: set[str] = set()
-
-    def note(self, group: str) -> None:
-        self._groups.add(group)
-
-    def take(self) -> set[str]:
-        taken, self._groups = self._groups, set()
-        return taken
-
-
-_DRAINED = PerEngine(DrainedGroups)
-
-
-def drained_of(engine: AsyncEngine) -> DrainedGroups:
-    """The one record of this engine's process."""
-    return _DRAINED.of(engine)
-
-
 async def refresh_drained(conn: AsyncConnection, settings: Settings) -> int:
-    """The background loop's step: provisional priorities for the groups whose queue ran dry."""
-    groups = drained_of(conn.engine).take()
+    """The background loop's step: provisional priorities for the groups whose queue one of
+    this process's matches ran dry."""
+    groups = Process.of(conn).drained_groups.take()
     if groups:
         await refresh_groups(conn, settings, groups)
     return len(groups)

@@ -12,8 +12,10 @@ from collections.abc import Collection, Iterable, Mapping
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.errors import DatabaseError
-from fairmatch.services import priorities, taskqueues
+from fairmatch.services import priorities
+from fairmatch.services.process import changing
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.jobs")
@@ -34,8 +36,11 @@ async def record_arrivals(conn: AsyncConnection, arrivals: Mapping[int, Counter[
     other only that long. Best effort: the priority loop counts every level
     again, and until then a job on a level not yet counted waits (at most
     priority.interval_seconds)."""
+    if not arrivals:
+        return
     try:
-        await taskqueues.queued(conn, arrivals, new_jobs=new_jobs)
+        async with changing(conn):
+            await TaskQueueDB.of(conn).count_arrivals(arrivals, new_jobs=new_jobs)
     except DatabaseError as exc:
         log.warning("level counts of %d task queue(s) not updated: %s", len(arrivals), exc.cause)
 

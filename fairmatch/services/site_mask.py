@@ -17,19 +17,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.pilots import PilotDB
 from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.errors import NotFound
 from fairmatch.services import audit
-
-
-async def list_mask(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Every banned site, by name."""
-    async with read_transaction(conn):
-        return await SiteMaskDB.of(conn).all()
-
+from fairmatch.services.process import changing
 
 SIMILAR = 3  # known sites offered for an unknown one
 LIKENESS = 0.75  # how alike (difflib's ratio, ignoring case) a known site must be to be offered

@@ -7,8 +7,9 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fairmatch.db import migrate
+from fairmatch.db.limits import LimitDB
 from fairmatch.limits import rules as limit_rules
-from fairmatch.services import groups, limits, status
+from fairmatch.services import groups, status
 from fairmatch.settings import Settings
 
 log = logging.getLogger("fairmatch.startup")
@@ -32,7 +33,10 @@ async def prepare_database(engine: AsyncEngine, settings: Settings) -> None:
         )
     async with engine.connect() as conn:
         await groups.create_missing(conn, settings.groups)
-        await limits.create_missing(conn, limit_rules.from_settings(settings.site_limits))
+        configured_limits = limit_rules.from_settings(settings.site_limits)
+        if configured_limits:
+            async with conn.begin():
+                await LimitDB.of(conn).create_missing(configured_limits)
         for warning in await status.database_warnings(conn):
             log.warning(
                 "PostgreSQL runs with %s = %s: %s", warning["setting"], warning["value"], warning["cost"],

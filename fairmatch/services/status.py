@@ -1,8 +1,8 @@
-"""The operator's overview (GET /status), read in one transaction."""
+"""The operator's overview (GET /status) and the console's, each read in one transaction."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -10,9 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.groups import GroupDB
+from fairmatch.db.limits import LimitDB
+from fairmatch.db.pilots import PilotDB
 from fairmatch.db.retention import RetentionDB
+from fairmatch.db.running_samples import RunningSampleDB
 from fairmatch.db.server_settings import dangers
+from fairmatch.db.site_mask import SiteMaskDB
 from fairmatch.db.status import ACTIVE, StatusDB
 from fairmatch.matching.drift import DRIFT_SAMPLES, share_drift
 from fairmatch.matching.settings import MatchingSettings
@@ -25,11 +29,10 @@ async def summary(conn: AsyncConnection, top: int, matching: MatchingSettings) -
     now = utcnow()
     async with read_transaction(conn):
         status = StatusDB.of(conn)
-        priorities = PriorityDB.of(conn)
         waiting, waiting_cpu, busiest = await status.waiting(top)
         groups = await status.jobs_per_group(waiting)
-        samples = await priorities.latest_running(DRIFT_SAMPLES) if matching.prefer_longest_cpu else []
-        drifts = share_drift(samples, await priorities.group_shares(), waiting_cpu, matching)
+        samples = await RunningSampleDB.of(conn).latest_running(DRIFT_SAMPLES) if matching.prefer_longest_cpu else []
+        drifts = share_drift(samples, await GroupDB.of(conn).group_shares(), waiting_cpu, matching)
         return {
             "generated_at": now,
             "totals": {s.lower(): sum(g[s.lower()] for g in groups) for s in ACTIVE},
@@ -49,16 +52,44 @@ async def database_warnings(conn: AsyncConnection) -> list[dict[str, Any]]:
         return dangers(await StatusDB.of(conn).server_settings())
 
 
-async def running_history(
-    conn: AsyncConnection, since: datetime
-) -> tuple[list[tuple[datetime, str, int]], dict[str, float]]:
-    """The running-job samples since `since` per group, and each group's configured share."""
-    async with read_transaction(conn):
-        priorities = PriorityDB.of(conn)
-        return await priorities.running_history(since), await priorities.group_shares()
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What the console's overview charts, beside the summary."""
+
+    running: list[tuple[datetime, str, int]]  # each sample's running jobs per group, oldest first
+    shares: dict[str, float]  # each group's configured share
+    matches_per_minute: list[int]  # oldest first
+    per_site: list[Any]  # PilotDB.per_site's rows
 
 
-async def matches_per_minute(conn: AsyncConnection, now: datetime, minutes: int) -> list[int]:
-    """Matches in each of the last `minutes` minutes, oldest first."""
+async def activity(
+    conn: AsyncConnection, *, since: datetime, now: datetime, minutes: int, pilots_since: datetime
+) -> Activity:
+    """The running-job samples since `since`, the matches in each of the last `minutes`
+    minutes before `now`, and per site the pilots last seen since `pilots_since`."""
     async with read_transaction(conn):
-        return await StatusDB.of(conn).matches_per_minute(now, minutes)
+        return Activity(
+            running=await RunningSampleDB.of(conn).running_history(since),
+            shares=await GroupDB.of(conn).group_shares(),
+            matches_per_minute=await StatusDB.of(conn).matches_per_minute(now, minutes),
+            per_site=await PilotDB.of(conn).per_site(pilots_since),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Sites:
+    """What the console shows of sites, beside the latest pilots."""
+
+    mask: list[dict[str, Any]]  # every banned site, by name
+    limits: list[dict[str, Any]]  # every site limit with its running count and last match
+    per_site: list[Any]  # PilotDB.per_site's rows
+
+
+async def sites(conn: AsyncConnection, pilots_since: datetime) -> Sites:
+    """The site mask, the site limits, and per site the pilots last seen since `pilots_since`."""
+    async with read_transaction(conn):
+        return Sites(
+            mask=await SiteMaskDB.of(conn).all(),
+            limits=await LimitDB.of(conn).list(),
+            per_site=await PilotDB.of(conn).per_site(pilots_since),
+        )

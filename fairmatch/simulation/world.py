@@ -177,7 +177,7 @@ class World:
     # --- what the service's tables would say ----------------------------------------------------
 
     def waiting_loads(self) -> list[dict[str, Any]]:
-        """PriorityDB.waiting_loads' rows: every TQ with waiting jobs and its jobs per level."""
+        """LoadDB.waiting_loads' rows: every TQ with waiting jobs and its jobs per level."""
         rows = []
         for q in self.queues.values():
             counts = {p: n for p, n in q.counts.items() if n > 0}

@@ -17,7 +17,6 @@ import pytest
 import sqlalchemy as sa
 
 from fairmatch.services import background
-from fairmatch.services.pilots import flush_empty_matches
 from tests.problems import assert_problem
 
 URL_REF = "https://ce.example.org:9619/123.0"
@@ -50,8 +49,9 @@ def flush(server) -> int:
     """The server's 204s written now, on its own event loop."""
 
     async def run() -> int:
-        async with server.app.state.engine.connect() as conn:
-            return await flush_empty_matches(conn)
+        process = server.app.state.process
+        async with process.engine.connect() as conn:
+            return await process.empty_matches.flush(conn)
 
     return server.portal.call(run)
 

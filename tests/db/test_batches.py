@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from fairmatch.db import batches as batches_module
-from fairmatch.db.batches import _send, _Statement, batches_of
+from fairmatch.db.batches import Batches, _send, _Statement
 from fairmatch.db.claims import CLAIM_LEVEL, Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import job_events, jobs, pilots, tq_jobs
@@ -40,6 +40,7 @@ async def _claim_at_once(
     """One claim per target, all started in the same instant (as many requests of one process);
     the outcomes (or errors) and the sizes of the batches that carried them."""
     sizes: list[int] = []
+    batches = Batches()  # one process's
     references = pilots or [None] * len(request_ids)
     async with engine.connect() as conn:
         claims = [
@@ -47,6 +48,7 @@ async def _claim_at_once(
                 conn,
                 Claimant("LCG.CERN.cern", reference, "ce1.cern.ch", "pilot", request_id, 600, benchmark=12.5),
                 random.Random(seed),
+                batches,
                 sizes.append,
             )
             for seed, (request_id, reference) in enumerate(zip(request_ids, references))
@@ -149,7 +151,7 @@ async def test_claims_go_on_after_failed_batches_on_the_same_connection(engine, 
 
 async def test_a_failing_statement_fails_alone_and_the_others_of_its_batch_are_sent_again(engine, settings):
     tq_id = await _queue(engine, settings, 5)
-    batches = batches_of(engine)
+    batches = Batches()
     params = _claim_params(tq_id)
     sizes: list[int] = []
     async with engine.connect() as conn:
@@ -168,7 +170,7 @@ async def test_a_failing_statement_fails_alone_and_the_others_of_its_batch_are_s
 
 async def test_a_broken_connection_fails_its_batch_and_the_next_goes_on(engine, settings):
     tq_id = await _queue(engine, settings, 5)
-    batches = batches_of(engine)
+    batches = Batches()
     async with engine.connect() as conn:
         backend = (await conn.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
         await conn.commit()

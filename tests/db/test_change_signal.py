@@ -1,5 +1,5 @@
-"""The change signal is raised by the data layer, after the commit of the change and never
-after a rollback; this process's keeper catches up on it at once."""
+"""The change signal is raised after the commit of a change and never after a rollback;
+this process's keeper catches up on it at once."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from fairmatch.db.change_signal import changing
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.change_signal import ChangeSignal
+from fairmatch.db.groups import GroupDB
+from fairmatch.db.loads import LoadDB
 from fairmatch.db.tables import task_queues
 from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.limits.rules import Attribute, Limit
 from fairmatch.priority.groups import JOB_SHARING, GroupUpdate, stored_values
 from fairmatch.services import groups, limits
-from fairmatch.services.keeper import Keeper
-from fairmatch.taskqueues import changes
+from fairmatch.services.process import Process
 from tests.db.world import World
 
 pytestmark = pytest.mark.anyio
@@ -31,34 +31,33 @@ def sharing_group() -> dict:
 
 
 async def test_a_change_signals_once_its_transaction_has_committed(engine):
+    changes = ChangeSignal()
     async with engine.connect() as conn:
-        before = changes.generation()
-        async with changing(conn):
-            await PriorityDB.of(conn).put_group("prod", sharing_group())
-            assert changes.generation() == before  # not yet: a matcher would read the old row
-        assert changes.generation() == before + 1
+        async with changes.changing(conn):
+            await GroupDB.of(conn).put_group("prod", sharing_group())
+            assert changes.generation == 0  # not yet: a matcher would read the old row
+        assert changes.generation == 1
 
 
 async def test_a_rolled_back_change_does_not_signal(engine, settings):
     async with engine.connect() as conn:
-        keeper = Keeper(settings.matching)
+        keeper = Process(engine, matching=settings.matching).keeper
         await keeper.refresh(conn)
-        before = changes.generation()
         with pytest.raises(Refused):
-            async with changing(conn):
-                await PriorityDB.of(conn).put_group("prod", sharing_group())
+            async with keeper.changes.changing(conn):
+                await GroupDB.of(conn).put_group("prod", sharing_group())
                 raise Refused
-        assert changes.generation() == before
-        assert await PriorityDB.of(conn).group("prod") is None
+        assert keeper.changes.generation == 0
+        assert await GroupDB.of(conn).group("prod") is None
         assert (await keeper.current(conn)).sharing_groups == frozenset()
 
 
 async def test_a_transaction_that_changes_nothing_does_not_signal(engine):
+    changes = ChangeSignal()
     async with engine.connect() as conn:
-        before = changes.generation()
-        async with changing(conn):
-            assert await PriorityDB.of(conn).forget_drained_levels() == 0
-        assert changes.generation() == before
+        async with changes.changing(conn):
+            assert await LoadDB.of(conn).forget_drained_levels() == 0
+        assert changes.generation == 0
 
 
 async def test_a_change_outside_a_changing_transaction_is_refused(engine):
@@ -66,19 +65,19 @@ async def test_a_change_outside_a_changing_transaction_is_refused(engine):
     async with engine.connect() as conn:
         with pytest.raises(RuntimeError, match="changing"):
             async with conn.begin():
-                await PriorityDB.of(conn).put_group("prod", sharing_group())
-        assert await PriorityDB.of(conn).group("prod") is None
+                await GroupDB.of(conn).put_group("prod", sharing_group())
+        assert await GroupDB.of(conn).group("prod") is None
 
 
 async def test_the_keeper_sees_this_process_s_changes_before_its_next_match(engine, settings):
     async with engine.connect() as conn:
-        keeper = Keeper(settings.matching.model_copy(update={"refresh_seconds": 3600}))
+        keeper = Process(engine, matching=settings.matching.model_copy(update={"refresh_seconds": 3600})).keeper
         await keeper.refresh(conn)
         assert keeper.catalog.sharing_groups == frozenset() and keeper.catalog.limited_sites == frozenset()
         await groups.put_group(conn, "prod", GroupUpdate(job_share=1000, properties=[JOB_SHARING]))
         assert (await keeper.current(conn)).sharing_groups == frozenset({"prod"})
-        await limits.replace_limits(conn, [Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod",
-                                                 running_limit=1)])  # fmt: skip
+        limit = Limit(site="LCG.A.xx", attribute=Attribute.owner_group, value="prod", running_limit=1)
+        await limits.replace_limits(conn, [limit], by="admin", asked={})
         assert "LCG.A.xx" in (await keeper.current(conn)).limited_sites
 
 
@@ -88,7 +87,8 @@ async def test_a_queue_committed_past_the_poll_margin_is_read_once_the_keeper_fi
     refresh that follows reads back to it, so that the queue's jobs are matchable at once."""
     async with engine.connect() as conn:
         world = World(conn, settings, seed=1)
-        keeper = Keeper(settings.matching.model_copy(update={"refresh_seconds": 3600, "refresh_margin_seconds": 1}))
+        matching = settings.matching.model_copy(update={"refresh_seconds": 3600, "refresh_margin_seconds": 1})
+        keeper = Process(engine, matching=matching).keeper
         await world.submit([{"owner": "alice", "owner_group": "g"}])
         now = await TaskQueueDB.of(conn).database_now()
         await _stamp(conn, "alice", now - timedelta(seconds=20))

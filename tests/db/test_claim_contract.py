@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import func, select
 
 from fairmatch.clock import utcnow
+from fairmatch.db.batches import Batches
 from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import create_engine, read_transaction
 from fairmatch.db.limits import LimitDB
@@ -91,7 +92,7 @@ class Harness:
         claimant = Claimant(
             SITE, pilot_reference=None, grid_ce=None, requester="pilot", request_id=request_id, lease_seconds=600
         )
-        return ClaimDB.claiming(conn, claimant, random.Random(seed))
+        return ClaimDB.claiming(conn, claimant, random.Random(seed), Batches())
 
     async def close(self) -> None:
         for conn in self._connections:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from fairmatch.clock import utcnow
+from fairmatch.db.batches import Batches
 from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import usage_charges
@@ -41,7 +42,9 @@ async def test_a_queue_the_sweep_deletes_never_lends_its_id_to_the_next_new_queu
         claimant = Claimant(
             PILOT["Site"], pilot_reference=None, grid_ce=None, requester="pilot", request_id=None, lease_seconds=600
         )
-        claimed = await ClaimDB.claiming(conn, claimant, random.Random(1)).claim(ClaimTarget(emptied, level=1.0))
+        claimed = await ClaimDB.claiming(conn, claimant, random.Random(1), Batches()).claim(
+            ClaimTarget(emptied, level=1.0)
+        )
         assert isinstance(claimed, Claimed)
         assert await taskqueues.delete_all_empty(conn) == 1
         assert await world.task_queues() == []

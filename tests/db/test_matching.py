@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from fairmatch.clock import utcnow
+from fairmatch.db.batches import Batches
 from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.engine import read_transaction
 from fairmatch.db.tables import jobs, task_queues, tq_jobs
@@ -19,7 +20,7 @@ from fairmatch.jobs.submission import requirements_of
 from fairmatch.matching.matcher import Claimed, ClaimTarget, Missed
 from fairmatch.matching.resource import ClaimingResource
 from fairmatch.services import matching, submission
-from fairmatch.services.keeper import Keeper
+from fairmatch.services.process import Process
 
 pytestmark = pytest.mark.anyio
 NOW_LEASE = 600
@@ -43,7 +44,7 @@ async def claim(engine, target: ClaimTarget, site: str = "LCG.CERN.cern", seed: 
         site, pilot_reference=None, grid_ce=None, requester="pilot", request_id=None, lease_seconds=NOW_LEASE
     )
     async with engine.connect() as conn:
-        return await ClaimDB.claiming(conn, claimant, random.Random(seed)).claim(target)
+        return await ClaimDB.claiming(conn, claimant, random.Random(seed), Batches()).claim(target)
 
 
 async def test_a_claim_takes_exactly_one_job_of_the_level_and_matches_it(engine, settings):
@@ -83,12 +84,12 @@ async def test_a_named_job_is_claimed_once(engine, settings):
 
 async def test_concurrent_matches_never_share_a_job(engine, settings):
     queued = await submit(engine, settings, 20)
-    keeper = Keeper(settings.matching)
+    process = Process(engine, matching=settings.matching)
     resource = ClaimingResource(site="LCG.CERN.cern", cpu_time=86400)
 
     async def one(seed: int):
         async with engine.connect() as conn:
-            return await matching.match(conn, resource, settings, random.Random(seed), f"pilot-{seed}", keeper)
+            return await matching.match(conn, resource, settings, random.Random(seed), f"pilot-{seed}", process)
 
     answers = await asyncio.gather(*(one(seed) for seed in range(30)))
     taken = [a.job_id for a in answers if a is not None]
@@ -133,15 +134,15 @@ RESOURCES = [
 async def test_match_draws_from_exactly_the_queues_the_explanation_lists(engine, settings, resource):
     for shape in QUEUES:
         await submit(engine, settings, JOBS_PER_QUEUE, **shape)
-    keeper = Keeper(settings.matching)
+    process = Process(engine, matching=settings.matching)
     described = ClaimingResource(**resource)
     async with engine.connect() as conn:
-        listed = (await matching.explain(conn, described, settings, keeper))["task_queues"]
+        listed = (await matching.explain(conn, described, settings, process.keeper))["task_queues"]
     chances = {tq["task_queue_id"]: tq["probability"] for tq in listed if tq["probability"] > 0}
     drawn: Counter[int] = Counter()
     async with engine.connect() as conn:
         for seed in range(DRAWS):  # fewer than a queue holds: the state explained stays the state drawn from
-            job = await matching.match(conn, described, settings, random.Random(seed), "pilot", keeper)
+            job = await matching.match(conn, described, settings, random.Random(seed), "pilot", process)
             if job is None:
                 break
             drawn[job.task_queue_id] += 1

@@ -8,11 +8,12 @@ import pytest
 from sqlalchemy import insert, select, text, update
 
 from fairmatch.clock import utcnow
-from fairmatch.db.change_signal import changing
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PostgresPriorityDB, PriorityDB
+from fairmatch.db.loads import LoadDB, PostgresLoadDB
+from fairmatch.db.priority_runs import PriorityRunDB
 from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
+from fairmatch.services.process import changing
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +35,7 @@ def run(report: dict) -> dict:
 
 async def test_the_corrections_of_the_latest_run_come_back_as_they_were_applied(engine):
     async with engine.connect() as conn, conn.begin():
-        db = PriorityDB.of(conn)
+        db = PriorityRunDB.of(conn)
         assert await db.latest_corrections() == UNCORRECTED
         await db.record_run(run({"entities": []}), UNCORRECTED)
         _, report = await db.record_run(run({"entities": []}), CORRECTED)
@@ -46,7 +47,7 @@ async def test_the_corrections_of_the_latest_run_come_back_as_they_were_applied(
 
 async def test_a_run_without_corrections_reads_back_uncorrected(engine):
     async with engine.connect() as conn, conn.begin():
-        db = PriorityDB.of(conn)
+        db = PriorityRunDB.of(conn)
         await db.record_run(run({"entities": []}), CORRECTED)
         _, report = await db.record_run(run({"window_days": 7}), UNCORRECTED)
         assert await db.latest_corrections() == UNCORRECTED
@@ -55,7 +56,7 @@ async def test_a_run_without_corrections_reads_back_uncorrected(engine):
 
 async def test_new_task_queues_take_the_latest_run_s_corrections(engine, world_of):
     async with engine.connect() as conn, conn.begin():
-        await PriorityDB.of(conn).record_run(run({"entities": []}), CORRECTED)
+        await PriorityRunDB.of(conn).record_run(run({"entities": []}), CORRECTED)
     world = await world_of()
     await world.submit([{"owner": "alice", "owner_group": "lhcb_user"}, {"owner": "carol", "owner_group": "lhcb_prod"}])
     origins = {tq["owner"]: tq["priority_origin"] for tq in await world.task_queues()}
@@ -77,14 +78,14 @@ async def test_jobs_counted_into_a_queue_while_a_run_reads_keep_their_level(worl
     await world.submit([{"owner": "alice", "owner_group": "g", "user_priority": 1}] * 3)
     assert await world.match(PILOT) is not None  # claims do not subtract: the run has counts to rewrite
     (first_level,) = await stored_levels(world)
-    read = PostgresPriorityDB.waiting_loads
+    read = PostgresLoadDB.waiting_loads
 
     async def then_a_submission(self, *args, **kwargs):
         rows = await read(self, *args, **kwargs)
         await other.submit([{"owner": "alice", "owner_group": "g", "user_priority": 5}])
         return rows
 
-    monkeypatch.setattr(PostgresPriorityDB, "waiting_loads", then_a_submission)
+    monkeypatch.setattr(PostgresLoadDB, "waiting_loads", then_a_submission)
     await world.recompute()
     levels = await stored_levels(world)
     assert levels[first_level] == 2 and sorted(levels.values()) == [1, 2]  # the new level is there, exactly
@@ -107,7 +108,7 @@ async def test_a_drained_queue_given_a_job_while_its_levels_are_forgotten_keeps_
 
         async def forget() -> int:
             async with changing(world.conn):
-                return await PriorityDB.of(world.conn).forget_drained_levels()
+                return await LoadDB.of(world.conn).forget_drained_levels()
 
         forgetting = asyncio.create_task(forget())
         await waiting_for_a_lock(other.conn)

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import insert
 
-from fairmatch.db.batches import batches_of
+from fairmatch.db.batches import Batches
 from fairmatch.db.tables import groups
 from fairmatch.errors import DatabaseUnavailable
 from tests.conftest import PG_ADMIN_URL
@@ -70,11 +70,11 @@ async def test_a_claim_path_write_refused_as_read_only_drops_its_connection(engi
     async with engine.connect() as conn:
         refused_on = await backend_pid(conn)
         with pytest.raises(DatabaseUnavailable) as refused:
-            await batches_of(engine).run(conn, statement, {"name": "g1"})
+            await Batches().run(conn, statement, {"name": "g1"})
         assert "read-only transaction" in refused.value.cause
         assert conn.invalidated
     set_read_only(cloned.url, False)
     async with engine.connect() as conn:
         assert await backend_pid(conn) != refused_on
-        row = await batches_of(engine).run(conn, statement, {"name": "g2"})
+        row = await Batches().run(conn, statement, {"name": "g2"})
         assert row is not None and row.name == "g2"

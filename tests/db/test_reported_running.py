@@ -11,7 +11,7 @@ import pytest
 
 from fairmatch.clock import utcnow
 from fairmatch.db.engine import read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.running_samples import RunningSampleDB
 from fairmatch.services import history
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +27,7 @@ async def conn(engine):
 
 async def averages(conn, since, group=None) -> dict[str, float]:
     async with read_transaction(conn):
-        return await PriorityDB.of(conn).average_running(group, since)
+        return await RunningSampleDB.of(conn).average_running(group, since)
 
 
 async def test_a_fresh_report_counts_in_the_samples_per_group_and_owner(conn):
@@ -59,6 +59,6 @@ async def test_the_latest_samples_are_the_share_drift_window(conn):
         await history.report_running(conn, "dirac", [("g", "a", minute + 1)], start + timedelta(minutes=minute))
         assert await history.sample(conn, start + timedelta(minutes=minute), EVERY, KEEP, reported_seconds=FRESH)
     async with read_transaction(conn):
-        db = PriorityDB.of(conn)
+        db = RunningSampleDB.of(conn)
         assert [n for _, _, n in await db.latest_running(3)] == [3, 4, 5]
         assert [n for _, _, n in await db.latest_running(30)] == [1, 2, 3, 4, 5]

@@ -58,7 +58,7 @@ async def matched(world: World, owner: str = "a", group: str = "g", **claim: Any
 
 async def claim_one(world: World, **claim: Any) -> dict[str, Any] | None:
     resource = ClaimingResource(**PILOT, **claim)
-    job = await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.keeper)
+    job = await matching.match(world.conn, resource, world.settings, random.Random(1), "pilot", world.process)
     return None if job is None else job.model_dump()
 
 

@@ -20,7 +20,7 @@ import pytest
 from fairmatch.accounting.associations import parse_sacctmgr
 from fairmatch.db import claims
 from fairmatch.db.engine import create_engine, read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.loads import LoadDB
 from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.services import accounting, groups, jobs, matching, priorities, submission
 from fairmatch.settings import GivenSettings, Settings
@@ -159,7 +159,7 @@ async def played_on_the_service(world: World, clock: Clock) -> tuple[dict[tuple,
     clock.at(DECIDED_AT)
     await accounting.fold_charges(world.conn, world.settings, wait=True)  # as a priority run starts
     async with read_transaction(world.conn):
-        rows = await PriorityDB.of(world.conn).waiting_loads()
+        rows = await LoadDB.of(world.conn).waiting_loads()
         inputs = priorities.DatabaseInputs(world.conn, world.settings)
         outcome = await priorities.decide(inputs, world.settings, world.corrections, rows, clock.now)
     queues = {tq["task_queue_id"]: tq for tq in await world.task_queues()}

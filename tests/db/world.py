@@ -14,11 +14,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fairmatch.db.engine import read_transaction
+from fairmatch.db.taskqueues import TaskQueueDB
 from fairmatch.jobs.models import JobSpec, StatusUpdate
 from fairmatch.matching.resource import ClaimingResource, ResourceDescription
 from fairmatch.priority.groups import GroupUpdate
-from fairmatch.services import groups, history, jobs, matching, priorities, submission, taskqueues
-from fairmatch.services.keeper import Keeper
+from fairmatch.services import groups, history, jobs, matching, priorities, submission
+from fairmatch.services.process import Process
 from fairmatch.settings import Settings
 
 
@@ -27,7 +29,7 @@ class World:
         self.conn = conn
         self.settings = settings
         self.rng = random.Random(seed)
-        self.keeper = Keeper(settings.matching)
+        self.process = Process(conn.engine, matching=settings.matching)
         self.corrections = priorities.configured_corrections(settings.priority)
 
     async def put_group(self, name: str, job_share: float, properties: Iterable[str] = ()) -> None:
@@ -54,16 +56,19 @@ class World:
         return await priorities.shares(self.conn, self.settings, self.corrections, runner="test")
 
     async def task_queues(self) -> list[dict[str, Any]]:
-        return [tq.model_dump() for tq in await taskqueues.read_task_queues(self.conn)]
+        async with read_transaction(self.conn):
+            return [tq.model_dump() for tq in await TaskQueueDB.of(self.conn).read()]
 
     async def match(self, resource: dict[str, Any]) -> dict[str, Any] | None:
         described = ClaimingResource(**resource)
-        job = await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.keeper)
+        job = await matching.match(self.conn, described, self.settings, self.rng, "pilot", self.process)
         return None if job is None else job.model_dump()
 
     async def probabilities(self, resource: dict[str, Any]) -> list[dict[str, Any]]:
         """The dry run's list: every eligible TQ with the probability a match draws it."""
-        explained = await matching.explain(self.conn, ResourceDescription(**resource), self.settings, self.keeper)
+        explained = await matching.explain(
+            self.conn, ResourceDescription(**resource), self.settings, self.process.keeper
+        )
         return explained["task_queues"]
 
     async def set_status(self, job_id: int, status: str) -> dict[str, Any]:

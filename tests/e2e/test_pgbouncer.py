@@ -47,7 +47,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from fairmatch.db.priorities import PRIORITY_LOCK
+from fairmatch.db.priority_runs import PRIORITY_LOCK
 from tests.conftest import (
     BACKENDS,
     PG_ADMIN_URL,

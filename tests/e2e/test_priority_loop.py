@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from fairmatch.clock import as_utc, utcnow
 from fairmatch.db.engine import create_engine, read_transaction
-from fairmatch.db.priorities import PriorityDB
+from fairmatch.db.running_samples import RunningSampleDB
 from fairmatch.db.tables import history_samples, running_samples
 from fairmatch.services import history
 from tests.e2e.test_leases_and_shutdown import wait_for
@@ -196,8 +196,8 @@ def test_averages_count_empty_instants_and_old_samples_are_pruned(clean):
                         {"sample_id": sample_id, "owner_group": "g", "owner": "alice", "running": running},
                     ])  # fmt: skip
         async with read_transaction(conn):
-            recent = await PriorityDB.of(conn).average_running(None, now - timedelta(seconds=60))
-            users = await PriorityDB.of(conn).average_running("g", now - timedelta(seconds=60))
+            recent = await RunningSampleDB.of(conn).average_running(None, now - timedelta(seconds=60))
+            users = await RunningSampleDB.of(conn).average_running("g", now - timedelta(seconds=60))
         took = await history.sample(conn, now, every_seconds=5, keep_seconds=3600, reported_seconds=600)
         async with conn.begin():
             left = (await conn.execute(sa.select(sa.func.count()).select_from(history_samples))).scalar()

@@ -15,7 +15,7 @@ from fairmatch.console.charts import BAR_GAP, BAR_HEIGHT, BAR_WIDTH, SPANS, minu
 from fairmatch.console.routing import PREFIX, console_router
 from fairmatch.console.warnings import priority_run_state, warnings
 from fairmatch.errors import InvalidInput
-from fairmatch.services import pilots, status
+from fairmatch.services import status
 
 router = console_router()
 EMPTY_MATCH_WINDOW = timedelta(hours=1)
@@ -38,17 +38,17 @@ async def overview(
     now = summary["generated_at"]
     reach = SPANS[span] if span else timedelta(hours=settings.console.share_hours)
     since = now - reach
-    history, shares = await status.running_history(conn, since)
-    per_minute = await status.matches_per_minute(conn, now, RATE_MINUTES)
-    sites = await pilots.per_site(conn, now - EMPTY_MATCH_WINDOW)
+    seen = await status.activity(
+        conn, since=since, now=now, minutes=RATE_MINUTES, pilots_since=now - EMPTY_MATCH_WINDOW
+    )
     interval = settings.priority.interval_seconds
     return render.page(
         request, "overview.html", caller, section="overview",
         summary=summary,
-        chart=share_chart(history, shares, since, utcnow()), spans=list(SPANS),
+        chart=share_chart(seen.running, seen.shares, since, utcnow()), spans=list(SPANS),
         span=next((name for name, length in SPANS.items() if length == reach), None),
-        bars=minute_bars(per_minute), bar_width=BAR_WIDTH, bar_height=BAR_HEIGHT, gap=BAR_GAP,
+        bars=minute_bars(seen.matches_per_minute), bar_width=BAR_WIDTH, bar_height=BAR_HEIGHT, gap=BAR_GAP,
         stale=priority_run_state(summary["last_priority_run"], interval, now),
-        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], sites, now,
+        warnings=warnings(summary["last_priority_run"], interval, summary["database_warnings"], seen.per_site, now,
                           summary["share_drift"]),
     )  # fmt: skip

@@ -154,16 +154,14 @@ async def task_queue(
     request: Request, caller: auth.Viewer, conn: Connection, tq_id: Annotated[int, Path(ge=1, le=MAX_ID)]
 ) -> Response:
     restrictions = policy.queue_restrictions(caller)
-    found = [tq for tq in await taskqueues.read_task_queues(conn, [tq_id]) if policy.sees_queue(restrictions, tq)]
-    if not found:
+    tq, waiting = await taskqueues.queue_page(conn, tq_id)
+    if tq is None or not policy.sees_queue(restrictions, tq):
         raise NotFound(f"task queue {tq_id} does not exist (queues left empty are deleted by the sweep)")
-    tq = found[0]
     settings = request.app.state.settings
     explained = await priority_service.explain_priorities(
         conn, settings, policy.job_scope(caller), task_queue_id=tq_id, jobs_limit=0
     )
     origin = next((q["origin"] for q in explained["task_queues"] if q["task_queue_id"] == tq_id), tq.priority_origin)
-    waiting = await taskqueues.waiting_in(conn, tq_id)
     # the policy that made the origin (it names itself) may not be the one configured now
     made_by = (origin or {}).get("policy", explained["policy"])
     return render.page(

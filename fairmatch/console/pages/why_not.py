@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic import ValidationError
 
-from fairmatch.api.deps import Connection, matching_context
+from fairmatch.api.deps import Connection, process_of
 from fairmatch.console import auth, render
 from fairmatch.console.forms import listed
 from fairmatch.console.routing import console_router
@@ -74,8 +74,7 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
             problem = invalid_fields(exc.errors())
             status = 422
         else:
-            context = matching_context(request)
-            answer = await matching.explain(conn, resource, context.settings, context.keeper)
+            answer = await matching.explain(conn, resource, request.app.state.settings, process_of(request).keeper)
     return render.page(
         request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, several=SEVERAL, query=query,
         described=described, answer=answer, problem=problem, listed=LISTED,
