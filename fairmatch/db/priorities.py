@@ -30,6 +30,7 @@ from fairmatch.priority.corrections import UNCORRECTED, ShareCorrections
 from fairmatch.priority.dirac import GroupPolicy
 from fairmatch.priority.history import GROUP_LEVEL, sample_rows
 from fairmatch.priority.rank import RankGroup
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, load_of, stored_levels
 
 # transaction-scoped advisory locks: one priority loop, one history sampler at a time
@@ -256,7 +257,7 @@ class PriorityDB(AreaDB):
             rows = await self.conn.execute(
                 select(
                     tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-                    tq.c.job_class, tq.c.account, tq.c.min_ram_mb, tq.c.max_ram_mb, *(tq.c[f] for f in MULTI_VALUE_FIELDS),
+                    tq.c.job_class, tq.c.account, *(tq.c[f] for f in (*AMOUNT_FIELDS, *MULTI_VALUE_FIELDS)),
                     tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
                 ).where(tq.c.id.in_(part))
             )  # fmt: skip
