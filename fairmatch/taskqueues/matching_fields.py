@@ -19,6 +19,7 @@ MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
 MAX_RAM_MB = 4_096_000  # 4 TB: anything beyond is a unit mistake
 # Derived tags are spelled out one by one; this cap bounds them (1024 cores).
 MAX_PROCESSORS = 1024
+MAX_GPUS = 1024  # anything beyond is not one slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,9 @@ AMOUNTS = (
     Amount("min_ram_mb", MAX_RAM_MB,
            "The memory (MB) the job needs: only resources whose MaxRAM reaches it take it "
            "(a resource stating no MaxRAM takes it too); 0: none. At most a non-zero max_ram_mb."),
+    Amount("number_of_gpus", MAX_GPUS,
+           "The GPUs the job needs: only resources whose NumberOfGPUs reaches it take it (a resource "
+           "stating no NumberOfGPUs offers none); 0: none."),
 )  # fmt: skip
 
 RESOURCE_FIELDS = (
@@ -109,6 +113,12 @@ RESOURCE_FIELDS = (
     ResourceField("number_of_processors", "NumberOfProcessors", "amount", "Processors",
                   "Cores of the slot (adds the NProcessors tags).", option="--processors", minimum=1,
                   maximum=MAX_PROCESSORS),
+    ResourceField(
+        "number_of_gpus", "NumberOfGPUs", "amount", "GPUs", "GPUs of the slot (queues needing more are not eligible).",
+        description="The slot's GPUs: queues whose jobs need more are not eligible. Left out: none, whatever "
+        "`unstated_fields` says.",
+        option="--gpus", maximum=MAX_GPUS, job_amount="number_of_gpus", condition="gpus", unstated=0,
+    ),
     ResourceField(
         "whole_node", "WholeNode", "presence", "Whole node", "The slot is a whole node (adds the WholeNode tag).",
         description="Present with any value (even false), the resource offers the tag `WholeNode`, as DIRAC's Matcher.",
