@@ -72,7 +72,7 @@ def _params(resource: dict) -> dict:
     q = ResourceDescription.model_validate(resource).to_query(MatchingSettings(unstated_fields="strict"))
     values = {f: sorted(v or ()) for f, v in q.values.items()}
     return {
-        "cpu": q.cpu_time, "site": q.site, "tags": sorted(q.tags or ()), "ram": q.max_ram_mb,
+        "cpu": q.cpu_time, "site": q.site, "tags": sorted(q.tags or ()), "ram": q.offers.get("min_ram_mb"),
         "sites": values["sites"], "platforms": values["platforms"], "job_types": values["job_types"],
         "sites_w": [*values["sites"], "*"], "platforms_w": [*values["platforms"], "*"],
         "job_types_w": [*values["job_types"], "*"],

@@ -32,6 +32,7 @@ from bench.workload_model import LevelSplit, Mix, Workload, priority_mix
 from fairmatch.db.tables import task_queues
 from fairmatch.db.taskqueues import INITIAL_PRIORITY
 from fairmatch.jobs.lifecycle import JobStatus
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of, real_priority, stored_levels
 
 PRIORITY_CLASS = 0
@@ -137,14 +138,14 @@ def _create_task_queues(
              for f in MULTI_VALUE_FIELDS if f in task_queues.c]  # fmt: skip
     changed = cur.execute("SELECT clock_timestamp()").fetchone()[0]
     columns = ("id", "requirements_hash", "owner", "owner_group", "account", "vo", "cpu_time", "priority_class",
-               "job_class", "min_ram_mb", "max_ram_mb", "priority", "priority_origin", "created_at",
+               "job_class", *AMOUNT_FIELDS, "priority", "priority_origin", "created_at",
                *(f for f, _ in lists), "levels", "changed_at")  # fmt: skip
     reqs = workload.requirements
 
     _copy_rows(cur, "task_queues", columns, (
         (ids[i], workload.hashes[i], reqs[i].owner, reqs[i].owner_group, reqs[i].account, reqs[i].vo,
          reqs[i].cpu_time,
-         reqs[i].priority_class, reqs[i].job_class, reqs[i].min_ram_mb, reqs[i].max_ram_mb, INITIAL_PRIORITY,
+         reqs[i].priority_class, reqs[i].job_class, *(reqs[i].amount(f) for f in AMOUNT_FIELDS), INITIAL_PRIORITY,
          None, now,
          *(list(reqs[i].values(f)) if array else Json(list(reqs[i].values(f))) for f, array in lists),
          Json(_stored_levels(levels.get(i, Counter()))), changed)

@@ -11,6 +11,7 @@ from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.eligibility import eligible
 from fairmatch.matching.resource import ResourceDescription
 from fairmatch.matching.settings import MatchingSettings
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
@@ -51,7 +52,8 @@ def pilots(workload: Workload, n: int, seed: int = 0, benchmarks: bool = True) -
         if benchmarks:
             resource["PilotBenchmark"] = round(power.uniform(5.0, 30.0), 2)  # DB12-like CPU power
         if workload.ram_mb:  # a slot with the memory this TQ needs, often more
-            enough = {m: w for m, w in workload.ram_mb.items() if m >= req.min_ram_mb} or {req.min_ram_mb: 1.0}
+            needed = req.amount("min_ram_mb")
+            enough = {m: w for m, w in workload.ram_mb.items() if m >= needed} or {needed: 1.0}
             resource["MaxRAM"] = rng.choices(list(enough), weights=list(enough.values()))[0]
         out.append(resource)
     return out
@@ -69,8 +71,7 @@ def catalog_of(workload: Workload) -> Catalog:
             "vo": req.vo,
             "cpu_time": req.cpu_time,
             "priority_class": req.priority_class,
-            "min_ram_mb": req.min_ram_mb,
-            "max_ram_mb": req.max_ram_mb,
+            **{name: req.amount(name) for name in AMOUNT_FIELDS},
             "priority": 1.0,
             "shareless": False,
             "levels": [[1.0, jobs]],

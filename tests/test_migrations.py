@@ -230,3 +230,32 @@ def test_waiting_jobs_charged_to_another_account_move_to_a_queue_of_that_account
     assert (moved.sites, moved.priority, moved.owner_group) == (["S1"], 7.0, "g")
     assert placed == pointed == {1: 5, 2: moved.id, 3: moved.id, 4: 5}
     assert queues["g"].levels == [[1.0, 1], [3.0, 1]] and moved.levels == [[1.0, 1], [3.0, 1]]
+
+
+def test_task_queues_gain_the_gpus_their_jobs_ask_for_and_keep_their_hash(fresh_database):
+    """0024: the queues there are ask for no GPU, and the hash that named each still does (a 0
+    is left out of it); a downgrade drops the column and keeps the queues."""
+    migrate.upgrade(fresh_database.url, "0023")
+    engine = fresh_database.engine()
+    tq = sa.Table("task_queues", sa.MetaData(), *(sa.Column(c.name, c.type) for c in task_queues.columns
+                                                  if c.name != "number_of_gpus"))  # fmt: skip
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    before = Requirements.build(owner="alice", owner_group="g", vo="vo", cpu_time=3600, priority_class=0,
+                                buckets=[3600], tags=["GPU"], min_ram_mb=2000)  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(tq.insert().values(
+            id=5, requirements_hash=before.hash, owner="alice", owner_group="g", account="g", vo="vo",
+            cpu_time=3600, priority_class=0, min_ram_mb=2000, priority=1.0, levels=[[1.0, 1]], created_at=now,
+            changed_at=now, sites=[], banned_sites=[], grid_ces=[], platforms=[], job_types=[], tags=["GPU"],
+        ))  # fmt: skip
+    migrate.upgrade(fresh_database.url, "head")
+    with engine.connect() as conn:
+        (row,) = conn.execute(sa.select(task_queues)).all()
+    assert (row.id, row.number_of_gpus, row.min_ram_mb) == (5, 0, 2000)
+    assert row.requirements_hash == dataclasses.replace(before, amounts=(*before.amounts, ("number_of_gpus", 0))).hash
+    assert row.requirements_hash != dataclasses.replace(before, amounts=(*before.amounts, ("number_of_gpus", 1))).hash
+    migrate.downgrade(fresh_database.url, "0023")
+    with engine.connect() as conn:
+        assert "number_of_gpus" not in {c["name"] for c in sa.inspect(conn).get_columns("task_queues")}
+        assert conn.execute(sa.select(tq.c.id, tq.c.requirements_hash)).all() == [(5, before.hash)]
+    engine.dispose()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from typing import Annotated, Any
 
 import typer
 from rich.console import Group
@@ -10,8 +11,8 @@ from rich.table import Table
 
 from fairmatch.cli.client import TokenOption, UrlOption, call_api, connect
 from fairmatch.cli.render import new_table, shortened, show
+from fairmatch.taskqueues.matching_fields import RESOURCE_FIELDS, ResourceField
 
-REPEATABLE = "Repeat for several."
 TQ_COLUMNS = (
     "id", "owner", "group", "vo", "cpu_time", "class", "priority", "jobs", "sites", "platforms", "tags",
 )  # fmt: skip
@@ -29,59 +30,42 @@ def taskqueues(url: UrlOption = None, token: TokenOption = None) -> None:
     show(answer, lambda doc: task_queue_table(doc, "Task queues"))
 
 
-@app.command()
-def match(
-    site: Annotated[
-        list[str],
-        typer.Option(
-            help=f"Site of the resource (`any`: every site). {REPEATABLE} (the queues any of them may take)",
-            show_default=False,
-        ),
-    ],
-    cpu_time: Annotated[int, typer.Option(min=0, help="CPU seconds the slot offers.", show_default=False)],
-    grid_ce: Annotated[str | None, typer.Option(help="Computing element of the resource.")] = None,
-    platform: Annotated[list[str] | None, typer.Option(help=f"Platform offered. {REPEATABLE}")] = None,
-    job_type: Annotated[list[str] | None, typer.Option(help=f"Job type accepted. {REPEATABLE}")] = None,
-    tag: Annotated[list[str] | None, typer.Option(help=f"Tag offered. {REPEATABLE}")] = None,
-    required_tag: Annotated[
-        list[str] | None, typer.Option(help=f"Tag a job must ask for (also offered). {REPEATABLE}")
-    ] = None,
-    owner_group: Annotated[list[str] | None, typer.Option(help=f"Only jobs of this group. {REPEATABLE}")] = None,
-    owner: Annotated[str | None, typer.Option(help="Only jobs of this owner.")] = None,
-    vo: Annotated[str | None, typer.Option(help="Only jobs of this VO.")] = None,
-    max_ram_mb: Annotated[
-        int | None, typer.Option(min=0, help="Memory of the slot in MB (queues needing more are not eligible).")
-    ] = None,
-    processors: Annotated[
-        int | None, typer.Option(min=1, help="Cores of the slot (adds the NProcessors tags).")
-    ] = None,
-    whole_node: Annotated[
-        bool, typer.Option("--whole-node", help="The slot is a whole node (adds the WholeNode tag).")
-    ] = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
+def _option(key: ResourceField) -> inspect.Parameter:
+    """`fairmatch match`'s option for a key of the resource description, as declared."""
+    names = (key.option,) if key.option else ()
+    default: Any = inspect.Parameter.empty if key.required else None
+    annotation: Any
+    if key.kind == "presence":
+        flag = key.option or "--" + key.name.replace("_", "-")
+        annotation, default = Annotated[bool, typer.Option(flag, help=key.help)], False
+    elif key.kind in ("seconds", "amount"):
+        number = int if key.required else int | None
+        annotation = Annotated[
+            number, typer.Option(*names, min=key.minimum, help=key.help, show_default=not key.required)
+        ]
+    else:
+        text: Any = list[str] if key.several else str
+        option = typer.Option(*names, help=key.help, show_default=not key.required)
+        annotation = Annotated[text if key.required else text | None, option]
+    return inspect.Parameter(key.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def match(**given: Any) -> None:
     """Dry run: eligible task queues and their chances.
 
     Shows what a pilot with this resource could match. Claims nothing: jobs stay Waiting.
     """
-    resource = {
-        "site": site[0] if len(site) == 1 else site,
-        "cpu_time": cpu_time,
-        "grid_ce": grid_ce,
-        "platform": platform,
-        "job_type": job_type,
-        "tags": tag,
-        "required_tags": required_tag,
-        "owner_group": owner_group,
-        "owner": owner,
-        "vo": vo,
-        "max_ram_mb": max_ram_mb,
-        "number_of_processors": processors,
-        "whole_node": whole_node or None,
-    }
-    given = {key: value for key, value in resource.items() if value not in (None, [])}
-    answer = call_api(connect(url, token), "POST", "/taskqueues/matching", given)
+    site = given["site"]
+    resource: dict[str, Any] = {}
+    for key in RESOURCE_FIELDS:
+        value = given[key.name]
+        if key.kind == "presence":
+            value = value or None  # a flag: the key sent only when given
+        elif key.kind == "site":
+            value = value[0] if len(value) == 1 else value  # one site as one, as a pilot sends it
+        resource[key.name] = value
+    sent = {key: value for key, value in resource.items() if value not in (None, [])}
+    answer = call_api(connect(given["url"], given["token"]), "POST", "/taskqueues/matching", sent)
     show(
         answer,
         lambda doc: Group(
@@ -90,6 +74,18 @@ def match(
             verdict(doc["analysis"]),
         ),
     )
+
+
+# the options, one per declared key, then the service's
+match.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        *(_option(key) for key in RESOURCE_FIELDS),
+        inspect.Parameter("url", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=UrlOption),
+        inspect.Parameter("token", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=TokenOption),
+    ]
+)
+match.__annotations__ = {name: p.annotation for name, p in match.__signature__.parameters.items()}  # type: ignore[attr-defined]
+app.command()(match)
 
 
 def analysis_table(found: dict) -> Table:

@@ -12,6 +12,7 @@ from fairmatch.auth.policy import JobScope
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import jobs, task_queues, tq_jobs
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, load_of, stored_levels
 
 
@@ -67,7 +68,7 @@ class LoadDB(AreaDB):
             rows = await self.conn.execute(
                 select(
                     tq.c.id, tq.c.owner, tq.c.owner_group, tq.c.vo, tq.c.cpu_time, tq.c.priority_class,
-                    tq.c.job_class, tq.c.account, tq.c.min_ram_mb, tq.c.max_ram_mb, *(tq.c[f] for f in MULTI_VALUE_FIELDS),
+                    tq.c.job_class, tq.c.account, *(tq.c[f] for f in (*AMOUNT_FIELDS, *MULTI_VALUE_FIELDS)),
                     tq.c.priority, tq.c.priority_origin, tq.c.levels.label("stored_levels"),
                 ).where(tq.c.id.in_(part))
             )  # fmt: skip

@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from fairmatch.jobs.lifecycle import FINAL, HOLDING_A_SLOT, JobStatus
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
@@ -66,10 +67,10 @@ task_queues = Table(
     # the account the queue's jobs are charged to (their owner group unless they name
     # another): its association gives the queue its fair-share factor
     Column("account", String(NAME), nullable=False),
-    # the memory range the queue's jobs need, in MB (0: none); a resource's MaxRAM
-    # must reach min_ram_mb, and the pilot holds the payload to max_ram_mb
-    Column("min_ram_mb", Integer, nullable=False, server_default="0"),
-    Column("max_ram_mb", Integer, nullable=False, server_default="0"),
+    # the amounts the queue's jobs ask for (fairmatch/taskqueues/matching_fields.py), 0: none;
+    # e.g. the memory range in MB: a resource's MaxRAM must reach min_ram_mb, and the pilot
+    # holds the payload to max_ram_mb
+    *(Column(name, Integer, nullable=False, server_default="0") for name in AMOUNT_FIELDS),
     Column("priority", Float, nullable=False),
     # how the priority was made: policy, entity, share, weights, corrections
     Column("priority_origin", JSON),

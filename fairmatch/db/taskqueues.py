@@ -27,6 +27,7 @@ from fairmatch.clock import as_utc
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import task_queues, tq_jobs
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS, MATCHED_AMOUNTS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, levels_of, stored_levels
 from fairmatch.taskqueues.views import TaskQueue
 
@@ -37,7 +38,7 @@ INITIAL_PRIORITY = 1.0
 _MATCHING_COLUMNS = [
     task_queues.c[name]
     for name in ("id", "requirements_hash", "owner", "owner_group", "vo", "cpu_time", "priority_class",
-                 "min_ram_mb", "priority", "shareless", "levels", "changed_at", *MULTI_VALUE_FIELDS)
+                 *MATCHED_AMOUNTS, "priority", "shareless", "levels", "changed_at", *MULTI_VALUE_FIELDS)
 ]  # fmt: skip
 # of those, what changes once a TQ exists (its id and hash name requirements that never do)
 _STATE_COLUMNS = [
@@ -86,8 +87,7 @@ class TaskQueueDB(AreaDB):
                     "priority_class": r.priority_class,
                     "job_class": r.job_class,
                     "account": r.account,
-                    "min_ram_mb": r.min_ram_mb,
-                    "max_ram_mb": r.max_ram_mb,
+                    **{name: r.amount(name) for name in AMOUNT_FIELDS},
                     "priority": INITIAL_PRIORITY,
                     "levels": [],
                     "created_at": now,

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, create_model, field_validator
 
 from fairmatch.accounting.usage import charged_account
 from fairmatch.fields import NAMES_TEXT_FORMS, Int, Name, NameList
+from fairmatch.taskqueues.matching_fields import AMOUNTS, MAX_CPU_TIME, MAX_RAM_MB
 
-MAX_CPU_TIME = 10**9  # ~31 years: anything beyond is a unit mistake
+__all__ = ["MAX_CPU_TIME", "MAX_RAM_MB", "JobSpec"]
+
 MAX_SECONDS = 1e12
-MAX_RAM_MB = 4_096_000  # 4 TB: anything beyond is a unit mistake
 
 PRIORITY_CLASS_MIN, PRIORITY_CLASS_MAX = -1023, 1024
 
 
-class JobSpec(BaseModel):
-    """One job to queue. Spaces around a name are dropped (`"  alice  "` is `alice`); a list of
-    names may also be given as one string of them, separated by commas, as DIRAC writes lists."""
+class _Placement(BaseModel):
+    """Who the job is and where it may run (JobSpec's first fields; its amounts follow)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -37,20 +37,32 @@ class JobSpec(BaseModel):
         [], description=f"The job types of the resources that may take it; none: any. {NAMES_TEXT_FORMS}"
     )
     tags: NameList = Field([], description=f"Tags a resource must all offer. {NAMES_TEXT_FORMS}")
-    # max before min: the check of min_ram_mb reads it
-    max_ram_mb: Int = Field(
-        0,
-        ge=0,
-        le=MAX_RAM_MB,
-        description="The most memory (MB) the job may use, which the pilot enforces; 0: no limit.",
-    )
-    min_ram_mb: Int = Field(
-        0,
-        ge=0,
-        le=MAX_RAM_MB,
-        description="The memory (MB) the job needs: only resources whose MaxRAM reaches it take it "
-        "(a resource stating no MaxRAM takes it too); 0: none. At most a non-zero max_ram_mb.",
-    )
+
+    @field_validator("banned_sites")
+    @classmethod
+    def _a_site_left_to_run_at(cls, banned_sites: list[str], info: ValidationInfo) -> list[str]:
+        sites = info.data.get("sites")
+        if sites and set(sites) <= set(banned_sites):
+            raise ValueError(f"bans every site in sites ({', '.join(sorted(set(sites)))}): the job could never run")
+        return banned_sites
+
+
+# the amounts a job may ask for, each 0 (none) unless given, as declared
+_amount_fields: dict[str, Any] = {
+    amount.name: (Int, Field(0, ge=0, le=amount.maximum, description=amount.description)) for amount in AMOUNTS
+}
+if TYPE_CHECKING:
+    _WithAmounts = _Placement
+else:
+    _WithAmounts = create_model("_WithAmounts", __base__=_Placement, **_amount_fields)
+
+
+class JobSpec(_WithAmounts):
+    """One job to queue. Spaces around a name are dropped (`"  alice  "` is `alice`); a list of
+    names may also be given as one string of them, separated by commas, as DIRAC writes lists."""
+
+    model_config = ConfigDict(extra="forbid")
+
     user_priority: Int = Field(1, ge=0, le=10, description="0 = background, 10 = always first.")
     priority_class: Int | None = Field(
         None, ge=PRIORITY_CLASS_MIN, le=PRIORITY_CLASS_MAX, description="None: the job class's default, or 0."
@@ -70,14 +82,6 @@ class JobSpec(BaseModel):
         "A finished or handed-off job gives it up, so that the id may be used again.",
     )
 
-    @field_validator("banned_sites")
-    @classmethod
-    def _a_site_left_to_run_at(cls, banned_sites: list[str], info: ValidationInfo) -> list[str]:
-        sites = info.data.get("sites")
-        if sites and set(sites) <= set(banned_sites):
-            raise ValueError(f"bans every site in sites ({', '.join(sorted(set(sites)))}): the job could never run")
-        return banned_sites
-
     @field_validator("min_ram_mb")
     @classmethod
     def _min_within_max(cls, min_ram_mb: int, info: ValidationInfo) -> int:
@@ -90,6 +94,10 @@ class JobSpec(BaseModel):
     def charged_account(self) -> str:
         """The account the job's usage is charged to: the one given, else its owner group."""
         return charged_account(self)
+
+    def amounts(self) -> dict[str, int]:
+        """The amounts the job asks for, by name (0: none)."""
+        return {amount.name: getattr(self, amount.name) for amount in AMOUNTS}
 
 
 class SubmitRequest(BaseModel):

@@ -30,8 +30,7 @@ def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]
         job_class=spec.job_class,
         account=spec.charged_account,
         buckets=cpu_buckets,
-        min_ram_mb=spec.min_ram_mb,
-        max_ram_mb=spec.max_ram_mb,
+        **spec.amounts(),
         **{field: getattr(spec, field) for field in MULTI_VALUE_FIELDS},
     )
 
@@ -39,9 +38,9 @@ def requirements_of(spec: JobSpec, jobs: JobSettings, cpu_buckets: Sequence[int]
 def requirements_key(spec: JobSpec) -> tuple[object, ...]:
     """The JobSpec fields its Requirements are built from."""
     values = tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(spec, f) for f in MULTI_VALUE_FIELDS))
-    ram = (spec.min_ram_mb, spec.max_ram_mb)
+    amounts = tuple(spec.amounts().values())
     return (spec.owner, spec.owner_group, spec.account, spec.vo, spec.cpu_time, spec.priority_class, spec.job_class,
-            values, ram)  # fmt: skip
+            values, amounts)  # fmt: skip
 
 
 def check_payloads(specs: Sequence[JobSpec], limit: int) -> None:

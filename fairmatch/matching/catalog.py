@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fairmatch.taskqueues.matching_fields import MATCHED_AMOUNTS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, levels_of
 
 # single-valued keys with bit sets of their own
@@ -45,7 +46,7 @@ class Entry:
     vo: str
     cpu_time: int
     priority_class: int
-    min_ram_mb: int  # 0: no RAM requirement
+    amounts: dict[str, int]  # what the jobs ask of each amount a pilot offers (0: none)
     values: dict[str, tuple[str, ...]]
     priority: float
     levels: dict[float, int]  # real priority -> jobs (an upper bound between priority runs)
@@ -58,6 +59,37 @@ class Entry:
 
 def bit(position: int) -> int:
     return 1 << position
+
+
+class Minima:
+    """The TQs by what they ask of one amount (memory, GPUs): those asking for none, and per
+    distinct minimum (ascending) those asking for it; the prefix unions of those, made when
+    first asked for after a change. What an offer passes is one bisect over the distinct
+    minima and one union, whatever the number of TQs."""
+
+    def __init__(self) -> None:
+        self.without = 0
+        self.values: list[int] = []
+        self.asking: dict[int, int] = {}
+        self._up_to: list[int] | None = []
+
+    def add(self, minimum: int, positions: int) -> None:
+        if minimum <= 0:
+            self.without |= positions
+            return
+        if minimum not in self.asking:
+            insort(self.values, minimum)
+        self.asking[minimum] = self.asking.get(minimum, 0) | positions
+        self._up_to = None
+
+    def at_most(self, offered: int) -> int:
+        if self._up_to is None:
+            found, self._up_to = 0, []
+            for minimum in self.values:
+                found |= self.asking[minimum]
+                self._up_to.append(found)
+        index = bisect_right(self.values, offered)
+        return self.without | (self._up_to[index - 1] if index else 0)
 
 
 class Catalog:
@@ -73,12 +105,7 @@ class Catalog:
         self.classes_down: list[int] = []
         self.buckets_down: list[int] = []
         self.shareless = 0  # TQs of groups without a share under rank: drawn only when no other is eligible
-        # RAM: the TQs without a requirement, and per distinct minimum (ascending) the TQs
-        # needing it; the prefix unions of those, made when first asked for after a change
-        self.without_ram = 0
-        self.ram_minima: list[int] = []
-        self.needing_ram: dict[int, int] = {}
-        self._ram_up_to: list[int] | None = []
+        self.minima = {name: Minima() for name in MATCHED_AMOUNTS}  # per amount a pilot offers
         self._priorities = np.zeros(64)
         self.sharing_groups: frozenset[str] = frozenset()  # JOB_SHARING: matched by group alone
         self.limited_sites: frozenset[str] = frozenset()  # sites with site limits
@@ -134,7 +161,7 @@ class Catalog:
         entry = Entry(
             tq_id=row["id"], requirements_hash=row["requirements_hash"], position=position, owner=row["owner"], owner_group=row["owner_group"], vo=row["vo"],
             cpu_time=int(row["cpu_time"]), priority_class=int(row["priority_class"]),
-            min_ram_mb=int(row["min_ram_mb"]), values=values, priority=0.0, levels={}, changed_at=None,
+            amounts={name: int(row[name]) for name in MATCHED_AMOUNTS}, values=values, priority=0.0, levels={}, changed_at=None,
         )  # fmt: skip
         self.entries[entry.tq_id] = entry
         self.slots.append(entry)
@@ -158,13 +185,8 @@ class Catalog:
         if entry.cpu_time not in self.buckets:
             self.buckets_down = sorted([*self.buckets, entry.cpu_time], reverse=True)
         self.buckets[entry.cpu_time] = self.buckets.get(entry.cpu_time, 0) | b
-        if entry.min_ram_mb <= 0:
-            self.without_ram |= b
-        else:
-            if entry.min_ram_mb not in self.needing_ram:
-                insort(self.ram_minima, entry.min_ram_mb)
-            self.needing_ram[entry.min_ram_mb] = self.needing_ram.get(entry.min_ram_mb, 0) | b
-            self._ram_up_to = None
+        for name, asked in entry.amounts.items():
+            self.minima[name].add(asked, b)
         return entry
 
     def drain(self, entry: Entry, level: float | None = None) -> None:
@@ -192,16 +214,9 @@ class Catalog:
                 found |= positions
         return found
 
-    def ram_at_most(self, mb: int) -> int:
-        """TQs without a RAM requirement or whose minimum is at most `mb`: one bisect
-        over the distinct minima and one union, whatever the number of TQs."""
-        if self._ram_up_to is None:
-            found, self._ram_up_to = 0, []
-            for minimum in self.ram_minima:
-                found |= self.needing_ram[minimum]
-                self._ram_up_to.append(found)
-        index = bisect_right(self.ram_minima, mb)
-        return self.without_ram | (self._ram_up_to[index - 1] if index else 0)
+    def asking_at_most(self, amount: str, offered: int) -> int:
+        """TQs asking for none of `amount`, or for at most `offered`."""
+        return self.minima[amount].at_most(offered)
 
     def tags_within(self, offered: frozenset[str]) -> int:
         """TQs whose tags are all among `offered`: those with as many of the offered

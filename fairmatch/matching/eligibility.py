@@ -12,22 +12,25 @@ from typing import Any
 
 from fairmatch.matching.catalog import Catalog
 from fairmatch.matching.resource import ResourceQuery
+from fairmatch.taskqueues.matching_fields import OFFERS
 
 # the condition each multi-valued field of the resource puts on a TQ
 FIELD_CONDITIONS = {"sites": "site", "grid_ces": "grid_ce", "platforms": "platform", "job_types": "job_type"}
+# the condition each amount a pilot offers puts on a TQ (memory: `ram`)
+AMOUNT_CONDITIONS = {key.job_amount: key.condition or key.name for key in OFFERS}
 # every condition `conditions` may name, in the order an analysis lists them
 CONDITION_NAMES = (
-    "cpu_time", "ram", "site", "banned_site", "grid_ce", "platform", "job_type", "tags", "required_tags",
-    "owner_group", "owner", "vo", "site_limit", "site_mask", "excluded",
+    "cpu_time", *AMOUNT_CONDITIONS.values(), "site", "banned_site", "grid_ce", "platform", "job_type", "tags",
+    "required_tags", "owner_group", "owner", "vo", "site_limit", "site_mask", "excluded",
 )  # fmt: skip
 
 
 def conditions(catalog: Catalog, q: ResourceQuery) -> list[tuple[str, int]]:
     """(condition, TQs that pass it) for every condition the resource puts."""
     found = [("cpu_time", catalog.cpu_at_most(q.cpu_time))]
-    if q.max_ram_mb is not None:
-        # a TQ without a RAM requirement goes anywhere; else the slot must reach its minimum
-        found.append(("ram", catalog.ram_at_most(q.max_ram_mb)))
+    for amount, offered in q.offers.items():
+        # a TQ asking for none of the amount goes anywhere; else the slot must offer what it asks
+        found.append((AMOUNT_CONDITIONS[amount], catalog.asking_at_most(amount, offered)))
     for field, values in q.values.items():
         if values is not None:
             # a TQ without values for the field accepts anything; else one value must be shared

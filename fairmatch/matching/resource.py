@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -21,19 +21,18 @@ from pydantic import (
     Strict,
     Tag,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fairmatch.errors import BadRequest
-from fairmatch.fields import MAX_NAME, MAX_VALUES, NAMES_TEXT_FORMS, SEPARATOR, Int, ListedName, Name, NameList
-from fairmatch.jobs.models import MAX_CPU_TIME, MAX_RAM_MB
+from fairmatch.fields import MAX_NAME, MAX_VALUES, SEPARATOR, Int, ListedName, Name, NameList
 from fairmatch.matching.settings import MatchingSettings
+from fairmatch.taskqueues.matching_fields import OFFERS, RESOURCE_FIELDS, ResourceField
 from fairmatch.taskqueues.requirements import ANY
 
-# Derived tags are spelled out one by one; this cap bounds them (1024 cores).
-MAX_PROCESSORS = 1024
 # a CPU power per core no machine comes near: anything beyond is not a benchmark
 MAX_BENCHMARK = 1e6
 
@@ -79,9 +78,9 @@ SiteOrSites = Annotated[
 
 # what a replay of a request id must repeat: every key that bears on the match, not the
 # pilot's own name and measure (PilotReference, PilotBenchmark) nor the request id
-REPLAYED_FIELDS = ("site", "cpu_time", "grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group",
-                   "owner", "vo", "max_ram_mb", "number_of_processors", "job_id", "unstated_fields",
-                   "exclude")  # fmt: skip
+REPLAYED_FIELDS = (*(f.name for f in RESOURCE_FIELDS), "job_id", "unstated_fields", "exclude")
+# the keys whose mere presence says something (WholeNode): replayed as present or not
+PRESENCE_FIELDS = frozenset(f.name for f in RESOURCE_FIELDS if f.kind == "presence")
 
 # what an exclusion (DIRAC's negativeCond) may name, in either spelling: the queue's field
 # it tests (the multi-valued ones: the queue lists a value; the others: it has one)
@@ -107,7 +106,7 @@ def _one_or_several_exclusions(value: Any) -> Any:
 
 StatedList = Annotated[NameList | None, BeforeValidator(_nothing_stated)]
 Exclusion = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME)], NameList], Field(max_length=len(EXCLUDABLE))]
-LISTED_FIELDS = frozenset({"grid_ce", "platform", "job_type", "tags", "required_tags", "owner_group"})
+LISTED_FIELDS = frozenset(f.name for f in RESOURCE_FIELDS if f.kind in ("names", "stated_names"))
 
 
 def fields_differing(first: Mapping[str, Any], again: Mapping[str, Any]) -> list[str]:
@@ -119,7 +118,45 @@ def _alias(snake: str, dirac: str) -> AliasChoices:
     return AliasChoices(snake, dirac)
 
 
-class ResourceDescription(BaseModel):
+def _declared(key: ResourceField) -> tuple[Any, Any]:
+    """A declared key's type and pydantic field: both spellings accepted, optional but `CPUTime`."""
+    alias = _alias(key.name, key.dirac)
+    count = Annotated[Int, Field(ge=key.minimum, le=key.maximum), FromText]
+    if key.kind == "seconds":
+        return count, Field(validation_alias=alias, description=key.description)
+    kinds: dict[str, Any] = {
+        "site": SiteOrSites | None,
+        "stated_names": StatedList,
+        "names": NameList | None,
+        "name": Name | None,
+        "amount": count | None,
+        "presence": JsonValue,
+    }
+    return kinds[key.kind], Field(None, validation_alias=alias, description=key.description)
+
+
+if TYPE_CHECKING:
+
+    class _Declared(BaseModel):
+        """The declared keys code names (the rest it reads from the declaration)."""
+
+        site: str | list[str] | None = None
+        cpu_time: int
+        grid_ce: list[str] | None = None
+        platform: list[str] | None = None
+        job_type: list[str] | None = None
+        tags: list[str] | None = None
+        required_tags: list[str] | None = None
+        owner_group: list[str] | None = None
+        owner: str | None = None
+        vo: str | None = None
+        number_of_processors: int | None = None
+
+else:
+    _Declared = create_model("_Declared", **{key.name: _declared(key) for key in RESOURCE_FIELDS})
+
+
+class ResourceDescription(_Declared):
     """DIRAC's CamelCase keys and their snake_case aliases are both accepted.
 
     Unknown keys are ignored: DIRAC pilots send many that do not bear on matching. Spaces
@@ -128,41 +165,6 @@ class ResourceDescription(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    site: SiteOrSites | None = Field(
-        None,
-        validation_alias=_alias("site", "Site"),
-        description="The resource's site; the dry run also takes several, as a list or as one string of them "
-        'separated by commas (`"A, B"`: the queues any of them may take), or none (any site). A pilot claiming '
-        "a job names its own, one site: a comma in it is refused.",
-    )
-    cpu_time: Annotated[Int, Field(ge=0, le=MAX_CPU_TIME), FromText] = Field(
-        validation_alias=_alias("cpu_time", "CPUTime")
-    )
-    grid_ce: StatedList = Field(None, validation_alias=_alias("grid_ce", "GridCE"), description=NAMES_TEXT_FORMS)
-    platform: StatedList = Field(None, validation_alias=_alias("platform", "Platform"), description=NAMES_TEXT_FORMS)
-    job_type: StatedList = Field(None, validation_alias=_alias("job_type", "JobType"), description=NAMES_TEXT_FORMS)
-    tags: NameList | None = Field(None, validation_alias=_alias("tags", "Tag"), description=NAMES_TEXT_FORMS)
-    required_tags: NameList | None = Field(
-        None, validation_alias=_alias("required_tags", "RequiredTag"), description=NAMES_TEXT_FORMS
-    )
-    owner_group: NameList | None = Field(
-        None, validation_alias=_alias("owner_group", "OwnerGroup"), description=NAMES_TEXT_FORMS
-    )
-    owner: Name | None = Field(None, validation_alias=_alias("owner", "Owner"))
-    vo: Name | None = Field(None, validation_alias=_alias("vo", "VirtualOrganization"))
-    max_ram_mb: Annotated[Int, Field(ge=0, le=MAX_RAM_MB), FromText] | None = Field(
-        None,
-        validation_alias=_alias("max_ram_mb", "MaxRAM"),
-        description="The slot's memory (MB): queues whose min_ram_mb is above it are not eligible.",
-    )
-    number_of_processors: Annotated[Int, Field(ge=1, le=MAX_PROCESSORS), FromText] | None = Field(
-        None, validation_alias=_alias("number_of_processors", "NumberOfProcessors")
-    )
-    whole_node: JsonValue = Field(
-        None,
-        validation_alias=_alias("whole_node", "WholeNode"),
-        description="Present with any value (even false), the resource offers the tag `WholeNode`, as DIRAC's Matcher.",
-    )
     pilot_reference: Name | None = Field(None, validation_alias=_alias("pilot_reference", "PilotReference"))
     pilot_benchmark: Annotated[float, Strict(), Field(ge=0, le=MAX_BENCHMARK, allow_inf_nan=False), FromText] | None = (
         Field(
@@ -249,12 +251,23 @@ class ResourceDescription(BaseModel):
         one), `whole_node` as its presence. A replayed request id must repeat them."""
         stated: dict[str, Any] = {}
         for name in REPLAYED_FIELDS:
-            value = getattr(self, name)
+            value: Any = name in self.model_fields_set if name in PRESENCE_FIELDS else getattr(self, name)
             if name in LISTED_FIELDS and value is not None:
                 value = sorted({value} if isinstance(value, str) else set(value))
             stated[name] = value
-        stated["whole_node"] = self.offers_whole_node
         return stated
+
+    def offers(self) -> dict[str, int]:
+        """What the resource offers of each amount a job may ask for, by the job's amount; a key
+        left out offers what its declaration says (an amount, or nothing: no condition)."""
+        offered: dict[str, int] = {}
+        for key in OFFERS:
+            value = getattr(self, key.name)
+            if value is None:
+                value = key.unstated
+            if value is not None and key.job_amount is not None:
+                offered[key.job_amount] = value
+        return offered
 
     def to_query(self, options: MatchingSettings) -> ResourceQuery:
         """The filter. A grid CE, platform or job type left out is no condition at all (`dirac`,
@@ -286,7 +299,7 @@ class ResourceDescription(BaseModel):
             owner=self.owner,
             vo=self.vo,
             job_id=self.job_id,
-            max_ram_mb=self.max_ram_mb,
+            offers=self.offers(),
             exclusions=tuple(
                 tuple((EXCLUDABLE[key], frozenset(values)) for key, values in sorted(mapping.items()))
                 for mapping in self.exclude or ()
@@ -382,8 +395,9 @@ class ResourceQuery:
     banned_job_types: frozenset[str] = frozenset()
     banned_owner_groups: frozenset[str] = frozenset()
     banned_owners: frozenset[str] = frozenset()
-    # the slot's memory (MB): queues needing more are out; None: no RAM condition
-    max_ram_mb: int | None = None
+    # what the slot offers of each amount a job may ask for (by the job's amount): queues
+    # asking for more are out; an amount not here: no condition
+    offers: dict[str, int] = field(default_factory=dict)
     # the site mask: None, no mask applies; else only queues listing one of these job types pass
     masked_job_types: frozenset[str] | None = None
     # DIRAC's negativeCond: a queue meeting every (field, values) of one exclusion is out

@@ -37,6 +37,7 @@ from fairmatch.priority.groups import stored_values
 from fairmatch.priority.history import sample_rows
 from fairmatch.priority.rank import RankGroup
 from fairmatch.settings import Settings
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, load_of, real_priority, stored_levels
 
 
@@ -187,6 +188,7 @@ class World:
             rows.append({
                 "id": q.tq_id, "owner": r.owner, "owner_group": r.owner_group, "account": r.account, "vo": r.vo,
                 "cpu_time": r.cpu_time, "priority_class": r.priority_class, "job_class": r.job_class,
+                **{f: r.amount(f) for f in AMOUNT_FIELDS},
                 **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}, "levels": counts, **load_of(counts),
                 "submitted_at": self.at(q.oldest()),
             })  # fmt: skip
@@ -198,8 +200,7 @@ class World:
         return {"id": queue.tq_id, "requirements_hash": queue.requirements_hash, "changed_at": changed_at,
                 "priority": priority, "shareless": shareless, "levels": stored_levels(queue.counts), "owner": r.owner,
                 "owner_group": r.owner_group, "vo": r.vo, "cpu_time": r.cpu_time, "priority_class": r.priority_class,
-                "min_ram_mb": r.min_ram_mb, "max_ram_mb": r.max_ram_mb,
-                **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}}  # fmt: skip
+                **{f: r.amount(f) for f in AMOUNT_FIELDS}, **{f: list(r.values(f)) for f in MULTI_VALUE_FIELDS}}  # fmt: skip
 
     def waiting_per_group(self) -> dict[str, int]:
         found: dict[str, int] = {}

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
+
 ANY = "any"
 
 # The requirement fields that hold a list of values (one task_queues column each).
@@ -22,8 +24,7 @@ MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_typ
 # Site = ANY). Tags and banned sites are literal.
 WILDCARD_FIELDS = ("sites", "grid_ces", "platforms", "job_types")
 
-# The memory range a queue's jobs need, in MB; 0 means none. Left out of the canonical
-# form while 0, so that the queues made before RAM ranges existed keep their hash.
+# the memory range a queue's jobs need, in MB (two of the amounts)
 RAM_FIELDS = ("min_ram_mb", "max_ram_mb")
 
 
@@ -85,14 +86,20 @@ class Requirements:
     platforms: tuple[str, ...] = ()
     job_types: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
-    min_ram_mb: int = 0
-    max_ram_mb: int = 0
+    # the amounts the jobs ask for (`matching_fields.AMOUNTS`), by name, those above 0 only:
+    # an amount of 0 is none, and left out of the canonical form, so that the queues made
+    # before an amount existed keep their hash
+    amounts: tuple[tuple[str, int], ...] = ()
     # the hash, once asked for: a submission names each queue by it more than once
     _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.account:
             object.__setattr__(self, "account", self.owner_group)
+        unknown = {name for name, _ in self.amounts} - set(AMOUNT_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown amounts: {sorted(unknown)}")
+        object.__setattr__(self, "amounts", tuple(sorted((n, int(v)) for n, v in self.amounts if v)))
 
     @classmethod
     def build(
@@ -106,11 +113,10 @@ class Requirements:
         buckets: Sequence[int],
         job_class: str | None = None,
         account: str = "",
-        min_ram_mb: int = 0,
-        max_ram_mb: int = 0,
-        **multi_values: Iterable[str] | None,
+        **given: Any,
     ) -> Requirements:
-        unknown = set(multi_values) - set(MULTI_VALUE_FIELDS)
+        """`given`: the value lists (MULTI_VALUE_FIELDS) and the amounts (AMOUNT_FIELDS), by name."""
+        unknown = set(given) - set(MULTI_VALUE_FIELDS) - set(AMOUNT_FIELDS)
         if unknown:
             raise TypeError(f"unknown requirement fields: {sorted(unknown)}")
         return cls(
@@ -121,34 +127,39 @@ class Requirements:
             priority_class=priority_class,
             job_class=job_class,
             account=account,
-            min_ram_mb=min_ram_mb,
-            max_ram_mb=max_ram_mb,
+            amounts=tuple((name, given[name]) for name in AMOUNT_FIELDS if given.get(name)),
             **{
-                field: normalise_values(multi_values.get(field), wildcard=field in WILDCARD_FIELDS)
+                field: normalise_values(given.get(field), wildcard=field in WILDCARD_FIELDS)
                 for field in MULTI_VALUE_FIELDS
             },
         )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Requirements:
-        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**fields)
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k not in AMOUNT_FIELDS
+        }
+        return cls(**fields, amounts=tuple((name, data[name]) for name in AMOUNT_FIELDS if name in data))
 
     def to_json(self) -> dict[str, Any]:
-        """The canonical form (what the hash digests, what a job's spec stores): a RAM
-        bound of 0 and an account that is the owner group are left out, and `from_json`
-        reads their absence as those defaults."""
+        """The canonical form (what the hash digests, what a job's spec stores): an amount
+        of 0 and an account that is the owner group are left out, and `from_json` reads
+        their absence as those defaults."""
         canonical: dict[str, Any] = {}
-        for name in CANONICAL_FIELDS:
+        for name in _PLAIN_FIELDS:
             value = getattr(self, name)
             if isinstance(value, tuple):
                 canonical[name] = list(value)
-            elif name in RAM_FIELDS:
-                if value:
-                    canonical[name] = value
             elif name != "account" or value != self.owner_group:
                 canonical[name] = value
+        canonical.update(self.amounts)
         return canonical
+
+    def amount(self, name: str) -> int:
+        """The amount `name` the jobs ask for; 0: none."""
+        if name not in AMOUNT_FIELDS:
+            raise KeyError(name)
+        return dict(self.amounts).get(name, 0)
 
     def values(self, field: str) -> tuple[str, ...]:
         values: tuple[str, ...] = getattr(self, field)
@@ -171,5 +182,6 @@ def requeued(stored: Mapping[str, Any], priority_class: int, account: str) -> Re
     return dataclasses.replace(Requirements.from_json(stored), priority_class=priority_class, account=account)
 
 
-# the fields of the canonical form: every requirement, not the cached digest
-CANONICAL_FIELDS = tuple(f.name for f in dataclasses.fields(Requirements) if f.init)
+# the fields of the canonical form: every requirement, each amount by its name, not the cached digest
+_PLAIN_FIELDS = tuple(f.name for f in dataclasses.fields(Requirements) if f.init and f.name != "amounts")
+CANONICAL_FIELDS = (*_PLAIN_FIELDS, *AMOUNT_FIELDS)

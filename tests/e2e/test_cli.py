@@ -489,3 +489,23 @@ def test_a_clean_stop_removes_the_metrics_directory_serve_made_and_keeps_a_confi
     assert process.wait(timeout=20) == 0  # a clean stop
     assert list(scratch.glob("fairmatch-metrics-*")) == []
     assert kept.is_dir() == configured
+
+
+def test_match_takes_the_gpus_a_slot_offers_and_the_reference_lists_the_option(invoke, monkeypatch, server, clean):
+    monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
+    plain, gpu = submit_via_api(server, JOB_A, {**JOB_A, "number_of_gpus": 2})
+    slot = ["match", "--site", "S1", "--cpu-time", "100000", "--url", server.url]
+    for offered, expected in (((), {plain["task_queue_id"]}), (("--gpus", "1"), {plain["task_queue_id"]}),
+                              (("--gpus", "2"), {plain["task_queue_id"], gpu["task_queue_id"]})):  # fmt: skip
+        result = invoke(*slot, *offered)
+        assert result.exit_code == 0, result.stderr
+        answer = json.loads(result.stdout)
+        assert {tq["task_queue_id"] for tq in answer["task_queues"]} == expected, offered
+        assert answer["analysis"]["rejected_by"]["gpus"] == 2 - len(expected)
+    assert invoke(*slot, "--gpus", "-1").exit_code != 0
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "hooks"))
+    from cli_reference import markdown
+
+    assert "| `--gpus <int range>` | GPUs of the slot (queues needing more are not eligible). [x&gt;=0] |" in (
+        markdown().splitlines()
+    )

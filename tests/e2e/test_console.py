@@ -345,6 +345,22 @@ def test_why_not_shows_what_the_dry_run_answers(console_as, as_role):
     assert f'<strong id="eligible">{dry_run["analysis"]["eligible"]}</strong>' in page.text
 
 
+def test_why_not_asks_for_the_gpus_a_slot_offers(console_as, as_role):
+    api = as_role("admin")
+    submit(api, 1, owner="alice", number_of_gpus=2)
+    submit(api, 1, owner="bob")
+    operator = console_as("operator")
+    assert '<label>GPUs<input name="number_of_gpus" value=""' in operator.get("/ui/why-not").text
+    for offered, eligible in (("", 1), ("1", 1), ("2", 2), ("8", 2)):
+        page = operator.get("/ui/why-not", params={"site": "S", "cpu_time": "86400", "number_of_gpus": offered})
+        assert page.status_code == 200
+        assert f'name="number_of_gpus" value="{offered}"' in page.text
+        assert len(ROW.findall(page.text)) == eligible
+        assert {name: int(n) for name, n in CONDITION.findall(page.text)}["gpus"] == 2 - eligible
+    bad = operator.get("/ui/why-not", params={"site": "S", "cpu_time": "1", "number_of_gpus": "-1"})
+    assert bad.status_code == 422 and "number_of_gpus" in bad.text
+
+
 def test_why_not_names_a_bad_value_and_users_may_not_ask(console_as):
     bad = console_as("operator").get("/ui/why-not", params={"site": "S", "cpu_time": "lots"})
     assert bad.status_code == 422 and "cpu_time" in bad.text and 'name="site" value="S"' in bad.text

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fairmatch.matching.catalog import Catalog
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 CHANGED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -21,8 +22,7 @@ def tq_row(tq_id: int, **given: Any) -> dict[str, Any]:
         "vo": "vo",
         "cpu_time": 86400,
         "priority_class": 0,
-        "min_ram_mb": 0,
-        "max_ram_mb": 0,
+        **dict.fromkeys(AMOUNT_FIELDS, 0),
         "priority": 1.0,
         "shareless": False,
         "levels": [[1.0, 1]],

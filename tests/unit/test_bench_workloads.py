@@ -156,10 +156,10 @@ def test_diracx_shape(target):
 def test_diracx_gives_a_fifth_of_its_queues_a_ram_minimum_and_its_pilots_a_max_ram(target, snapshot):
     """The selection benchmark measures the RAM condition at 10,000 TQs: a share of the
     TQs needs memory, every pilot states its MaxRAM, and the condition rejects queues."""
-    minima = Counter(r.min_ram_mb for r in target.requirements)
+    minima = Counter(r.amount("min_ram_mb") for r in target.requirements)
     assert set(minima) == {0, 2000, 4000, 8000, 16000}
     assert 0.17 < 1 - minima[0] / len(target.requirements) < 0.23  # 20 % of 10,000: sigma 0.4 %
-    assert all(r.max_ram_mb == 2 * r.min_ram_mb for r in target.requirements)
+    assert all(r.amount("max_ram_mb") == 2 * r.amount("min_ram_mb") for r in target.requirements)
     resources = pilots(target, 300, 0)
     assert all(isinstance(r["MaxRAM"], int) for r in resources)
     assert {r["MaxRAM"] for r in resources} == {2000, 4000, 8000, 16000, 32000}
@@ -170,7 +170,7 @@ def test_diracx_gives_a_fifth_of_its_queues_a_ram_minimum_and_its_pilots_a_max_r
     assert len(with_ram) >= 0.95 * len(resources)
     assert sum(with_ram) < sum(without_ram)
     # the LHCb snapshot has no RAM ranges: its pilots state no MaxRAM
-    assert all(r.min_ram_mb == 0 for r in snapshot.requirements)
+    assert all(r.amount("min_ram_mb") == 0 for r in snapshot.requirements)
     assert all("MaxRAM" not in r for r in pilots(snapshot, 50, 0))
 
 
@@ -446,7 +446,7 @@ def test_a_loaded_diracx_workload_keeps_its_ram_ranges(tmp_path):
     each pilot the queues the workload's own catalog gives, and a job with a loaded TQ's RAM
     range joins it."""
     workload = diracx(3_000, 0, n_tqs=300)
-    assert any(r.min_ram_mb for r in workload.requirements)
+    assert any(r.amount("min_ram_mb") for r in workload.requirements)
     name = harness.create_pg_database()
     url = harness.pg_url(name)
     server = None
@@ -455,7 +455,7 @@ def test_a_loaded_diracx_workload_keeps_its_ram_ranges(tmp_path):
         load(url, workload, progress=None)
         with psycopg.connect(url) as conn:
             stored = dict(conn.execute("SELECT requirements_hash, min_ram_mb FROM task_queues").fetchall())
-        assert stored == {h: r.min_ram_mb for h, r in zip(workload.hashes, workload.requirements)}
+        assert stored == {h: r.amount("min_ram_mb") for h, r in zip(workload.hashes, workload.requirements)}
         database = harness.TestDatabase("postgresql", url, url.replace("://", "+psycopg://", 1))
         server = harness.start_server(database, tmp_path)
         with server.client() as client:
@@ -463,11 +463,11 @@ def test_a_loaded_diracx_workload_keeps_its_ram_ranges(tmp_path):
             for resource in pilots(workload, 30, 0):
                 listed = client.post("/taskqueues/matching", json=resource).json()["task_queues"]
                 assert len(listed) == eligible_count(catalog, resource)
-            i = next(k for k, r in enumerate(workload.requirements) if r.min_ram_mb)
+            i = next(k for k, r in enumerate(workload.requirements) if r.amount("min_ram_mb"))
             r = client.post("/jobs", json={"jobs": [workload.specs[i]]})
             assert r.status_code == 201, r.text
             shown = client.get(f"/taskqueues/{r.json()['jobs'][0]['task_queue_id']}").json()
-            assert shown["min_ram_mb"] == workload.requirements[i].min_ram_mb
+            assert shown["min_ram_mb"] == workload.requirements[i].amount("min_ram_mb")
             with psycopg.connect(url) as conn:
                 (digest,) = conn.execute(
                     "SELECT requirements_hash FROM task_queues WHERE id = %s", (shown["task_queue_id"],)

@@ -134,11 +134,11 @@ def test_ram_condition_takes_queues_without_a_minimum_or_with_one_the_slot_reach
         tq_row(4, min_ram_mb=8000, max_ram_mb=8000), tq_row(5, min_ram_mb=4000, max_ram_mb=16000),
         tq_row(6, max_ram_mb=1000),  # a maximum alone puts no condition on the slot
     ])  # fmt: skip
-    assert catalog.ram_minima == [2000, 4000, 8000]
+    assert catalog.minima["min_ram_mb"].values == [2000, 4000, 8000]
     for mb, expected in ((0, {1, 6}), (1999, {1, 6}), (2000, {1, 2, 6}), (3999, {1, 2, 6}),
                          (4000, {1, 2, 3, 5, 6}), (7999, {1, 2, 3, 5, 6}), (8000, set(range(1, 7))),
                          (10**6, set(range(1, 7)))):  # fmt: skip
-        assert ids(catalog, catalog.ram_at_most(mb)) == expected, mb
+        assert ids(catalog, catalog.asking_at_most("min_ram_mb", mb)) == expected, mb
         assert ids(catalog, eligible(catalog, query(MaxRAM=mb))) == expected, mb
         assert ids(catalog, dict(conditions(catalog, query(MaxRAM=mb)))["ram"]) == expected
     # no MaxRAM, no RAM condition
@@ -148,13 +148,13 @@ def test_ram_condition_takes_queues_without_a_minimum_or_with_one_the_slot_reach
 
 def test_ram_sets_follow_queues_arriving_later():
     catalog = catalog_of([tq_row(1, min_ram_mb=4000)])
-    assert ids(catalog, catalog.ram_at_most(4000)) == {1}
+    assert ids(catalog, catalog.asking_at_most("min_ram_mb", 4000)) == {1}
     catalog.apply([tq_row(2, min_ram_mb=4000), tq_row(3, min_ram_mb=1000), tq_row(4, min_ram_mb=9000)])
-    assert ids(catalog, catalog.ram_at_most(999)) == set()
-    assert ids(catalog, catalog.ram_at_most(4000)) == {1, 2, 3}
+    assert ids(catalog, catalog.asking_at_most("min_ram_mb", 999)) == set()
+    assert ids(catalog, catalog.asking_at_most("min_ram_mb", 4000)) == {1, 2, 3}
     catalog.apply([tq_row(5)])
-    assert ids(catalog, catalog.ram_at_most(4000)) == {1, 2, 3, 5}
-    assert ids(catalog, catalog.ram_at_most(9000)) == {1, 2, 3, 4, 5}
+    assert ids(catalog, catalog.asking_at_most("min_ram_mb", 4000)) == {1, 2, 3, 5}
+    assert ids(catalog, catalog.asking_at_most("min_ram_mb", 9000)) == {1, 2, 3, 4, 5}
 
 
 def test_an_owner_alone_asks_for_its_queues_and_job_sharing_counts_only_with_groups():

@@ -4,6 +4,7 @@ import pytest
 
 from fairmatch.priority.dirac import MIN_PRIORITY, GroupPolicy, TqLoad, decide, workflow_of
 from fairmatch.priority.settings import PrioritySettings
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
 
 
 def tq(tq_id, owner, group, *real_priorities, workflow=None):
@@ -91,7 +92,7 @@ def definition(owner="alice", group="g", **fields):
     """A task_queues row's definition: no restriction but what `fields` set."""
     row = {"owner": owner, "owner_group": group, "account": group, "vo": "lhcb", "cpu_time": 86400, "priority_class": 0,
            "job_class": None, "sites": [], "banned_sites": [], "grid_ces": [], "platforms": [], "job_types": [],
-           "tags": [], "min_ram_mb": 0, "max_ram_mb": 0}  # fmt: skip
+           "tags": [], **dict.fromkeys(AMOUNT_FIELDS, 0)}  # fmt: skip
     return {**row, **fields}
 
 

@@ -110,7 +110,9 @@ def test_ram_is_part_of_the_queue_and_round_trips():
     assert build(min_ram_mb=2000).hash != build(max_ram_mb=2000).hash
     # a job's spec stored before RAM ranges reads as none
     stored = build().to_json()
-    assert Requirements.from_json(stored).min_ram_mb == 0 == Requirements.from_json(stored).max_ram_mb
+    assert (
+        Requirements.from_json(stored).amount("min_ram_mb") == 0 == Requirements.from_json(stored).amount("max_ram_mb")
+    )
 
 
 def test_the_hash_digests_the_canonical_form_alone_and_is_kept():

@@ -59,9 +59,9 @@ def query(**given: Any) -> ResourceQuery:
 @pytest.mark.parametrize("ram", [999, 4500, 64000])
 def test_max_ram_is_a_condition_of_its_own_and_no_gb_tags(ram):
     q = query(MaxRAM=ram)
-    assert q.max_ram_mb == ram
+    assert q.offers["min_ram_mb"] == ram
     assert q.tags == frozenset()
-    assert query().max_ram_mb is None
+    assert "min_ram_mb" not in query().offers
 
 
 @pytest.mark.parametrize(

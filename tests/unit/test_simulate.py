@@ -170,7 +170,7 @@ def test_slots_take_only_the_queues_whose_ram_minimum_they_reach():
     simulation = Simulation(parsed, settings, classes)
     simulation.run()
     for q in simulation.world.queues.values():
-        groups_of[q.requirements.owner] = (q.requirements.min_ram_mb, q.waiting)
+        groups_of[q.requirements.owner] = (q.requirements.amount("min_ram_mb"), q.waiting)
     assert groups_of["p"] == (16000, 20_000)  # more memory than any slot has: never started
     assert groups_of["q"][0] == 4000 and groups_of["q"][1] < 20_000 and groups_of["r"][1] < 20_000
 

@@ -16,35 +16,26 @@ from fairmatch.console import auth, render
 from fairmatch.console.forms import listed
 from fairmatch.console.routing import console_router
 from fairmatch.errors import invalid_fields
-from fairmatch.matching.eligibility import CONDITION_NAMES
+from fairmatch.matching.eligibility import AMOUNT_CONDITIONS, CONDITION_NAMES
 from fairmatch.matching.pinning import pin_resource
 from fairmatch.matching.resource import LISTED_FIELDS, ResourceDescription
 from fairmatch.services import matching
+from fairmatch.taskqueues.matching_fields import OFFERS, RESOURCE_FIELDS
 
 router = console_router()
 LISTED = 200  # eligible queues shown, the likeliest first: a generic slot may fit thousands
 
-# the form's fields, the description's keys with their labels
-FIELDS = [
-    ("site", "Site (several: the queues any may take)"),
-    ("cpu_time", "CPU time (s)"),
-    ("platform", "Platforms"),
-    ("tags", "Tags"),
-    ("required_tags", "Required tags"),
-    ("job_type", "Job types"),
-    ("owner_group", "Owner groups"),
-    ("owner", "Owner"),
-    ("vo", "VO"),
-    ("grid_ce", "Grid CE"),
-    ("max_ram_mb", "Max RAM (MB)"),
-    ("number_of_processors", "Processors"),
-]
+# the form's fields, the description's keys with their labels, as declared
+FIELDS = [(key.name, key.label) for key in RESOURCE_FIELDS if key.in_form]
+# the keys a description must give (the form's required fields)
+REQUIRED = frozenset(key.name for key in RESOURCE_FIELDS if key.required)
 # each condition in words; the page shows the dry run's name for it beside
 CONDITION_LABELS = {
-    "cpu_time": "CPU time", "ram": "Memory", "site": "Site", "banned_site": "Banned site", "grid_ce": "Grid CE",
+    "cpu_time": "CPU time", "site": "Site", "banned_site": "Banned site", "grid_ce": "Grid CE",
     "platform": "Platform", "job_type": "Job type", "tags": "Tags", "required_tags": "Required tags",
     "owner_group": "Owner group", "owner": "Owner", "vo": "VO", "site_limit": "Site limit", "site_mask": "Site mask",
     "excluded": "Excluded by the request",
+    **{AMOUNT_CONDITIONS[key.job_amount]: key.condition_label or key.label for key in OFFERS if key.job_amount},
 }  # fmt: skip
 # the keys that take several values: the description's lists, and the dry run's sites
 SEVERAL = LISTED_FIELDS | {"site"}
@@ -76,7 +67,7 @@ async def why_not(request: Request, caller: auth.Operator, conn: Connection) -> 
         else:
             answer = await matching.explain(conn, resource, request.app.state.settings, process_of(request).keeper)
     return render.page(
-        request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, several=SEVERAL, query=query,
-        described=described, answer=answer, problem=problem, listed=LISTED,
+        request, "why_not.html", caller, section="why-not", status=status, fields=FIELDS, several=SEVERAL,
+        required=REQUIRED, query=query, described=described, answer=answer, problem=problem, listed=LISTED,
         conditions=[(name, CONDITION_LABELS[name]) for name in CONDITION_NAMES],
     )  # fmt: skip

@@ -81,11 +81,11 @@ def _move_jobs_charged_elsewhere() -> None:
     now = datetime.now(UTC)
     for (tq_id, account), job_ids in sorted(by_queue.items()):
         left = bind.execute(sa.select(tqs).where(tqs.c.id == tq_id)).one()._mapping
-        wanted = Requirements(
-            account=account,
+        wanted = Requirements.from_json({
+            "account": account,
             **{name: tuple(left[name] or ()) if name in MULTI_VALUE_FIELDS else left[name] for name in _COPIED
                if name not in ("priority", "shareless")},
-        )  # fmt: skip
+        })  # fmt: skip
         new_id = bind.execute(sa.select(tqs.c.id).where(tqs.c.requirements_hash == wanted.hash)).scalar()
         if new_id is None:
             values = {name: left[name] for name in _COPIED}
