@@ -35,7 +35,8 @@ from fairmatch.jobs.lifecycle import FINAL, NO_HEARTBEAT, JobStatus
 from fairmatch.jobs.reports import OutOfBounds, UsedTime, processors_of
 from fairmatch.jobs.transition import REPORTED_COLUMNS, ReportTransition
 from fairmatch.jobs.views import Job
-from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, RAM_FIELDS, Requirements, requeued
+from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS, Requirements, requeued
 
 # a job's spec, beside its jobs row wherever the whole job is read
 _SPEC = (job_specs.c.requirements, job_specs.c.payload)
@@ -559,7 +560,7 @@ def job_of(row: Any, *, matched_from: int | None = None) -> Job:
         cpu_time=row.cpu_time,
         cpu_bucket=requirements.get("cpu_time"),
         **{field: requirements.get(field, []) for field in MULTI_VALUE_FIELDS},
-        **{field: requirements.get(field, 0) for field in RAM_FIELDS},
+        **{field: requirements.get(field, 0) for field in AMOUNT_FIELDS},
         user_priority=row.user_priority,
         priority_class=row.priority_class,
         job_class=row.job_class,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, JsonValue
 
+from fairmatch.taskqueues.views import with_amounts
 
-class Job(BaseModel):
+
+class _JobPlacement(BaseModel):
     job_id: int
     external_id: str | None = Field(description="The submitter's own id for the job (DIRAC's JobID), if given.")
     status: str
@@ -33,8 +36,15 @@ class Job(BaseModel):
     platforms: list[str]
     job_types: list[str]
     tags: list[str]
-    min_ram_mb: int = Field(description="The memory (MB) the job needs; 0: none.")
-    max_ram_mb: int = Field(description="The most memory (MB) the job may use, which the pilot enforces; 0: no limit.")
+
+
+if TYPE_CHECKING:
+    _JobAmounts = _JobPlacement
+else:
+    _JobAmounts = with_amounts(_JobPlacement)
+
+
+class Job(_JobAmounts):
     user_priority: int
     priority_class: int
     job_class: str | None

@@ -25,7 +25,6 @@ MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_typ
 WILDCARD_FIELDS = ("sites", "grid_ces", "platforms", "job_types")
 
 # the memory range a queue's jobs need, in MB (two of the amounts)
-RAM_FIELDS = ("min_ram_mb", "max_ram_mb")
 
 
 def bucket_cpu_time(cpu_time: int, buckets: Sequence[int]) -> int:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
+
+from fairmatch.taskqueues.matching_fields import AMOUNTS
 
 
-class TaskQueue(BaseModel):
+def with_amounts(base: type[BaseModel]) -> type[BaseModel]:
+    """`base` followed by the amounts a job asks for, as declared (0: none): the fields of
+    every answer that shows a job's or a queue's amounts."""
+    fields: dict[str, Any] = {amount.name: (int, Field(description=amount.description)) for amount in AMOUNTS}
+    return create_model(f"{base.__name__}Amounts", __base__=base, **fields)
+
+
+class _QueueKeys(BaseModel):
     task_queue_id: int
     owner: str
     owner_group: str
@@ -32,8 +41,13 @@ class TaskQueue(BaseModel):
     platforms: list[str]
     job_types: list[str]
     tags: list[str]
-    min_ram_mb: int = Field(
-        description="The memory (MB) the queue's jobs need: a resource's MaxRAM must reach it; 0: none."
-    )
-    max_ram_mb: int = Field(description="The most memory (MB) the queue's jobs may use; 0: no limit.")
+
+
+if TYPE_CHECKING:
+    _QueueAmounts = _QueueKeys
+else:
+    _QueueAmounts = with_amounts(_QueueKeys)
+
+
+class TaskQueue(_QueueAmounts):
     created_at: datetime

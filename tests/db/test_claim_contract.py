@@ -210,7 +210,9 @@ async def test_a_named_job_is_claimed_once_and_no_other(port):
 
 async def _limit_alice(port: Harness) -> Any:
     async with port.engine.connect() as conn:
-        await limit_service.replace_limits(conn, [Limit(SITE, Attribute.owner, "alice", running_limit=0)])
+        await limit_service.replace_limits(
+            conn, [Limit(SITE, Attribute.owner, "alice", running_limit=0)], by="operator", asked={}
+        )
         async with read_transaction(conn):
             return await LimitDB.of(conn).of_site(SITE, None, utcnow())
 

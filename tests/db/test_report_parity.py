@@ -76,7 +76,7 @@ async def _run_reports(url: str, python_path_only: bool, monkeypatch) -> dict[st
             answers = []
             for job, update in REPORTS:
                 try:
-                    answers.append(await jobs.report_status(conn, ids[job], update, settings, by="p1"))
+                    answers.append((await jobs.report_status(conn, ids[job], update, settings, by="p1")).model_dump())
                 except (Conflict, InvalidInput) as refused:
                     answers.append(type(refused).__name__)
             async with read_transaction(conn):
