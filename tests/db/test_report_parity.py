@@ -88,7 +88,7 @@ async def _run_reports(url: str, python_path_only: bool, monkeypatch) -> dict[st
                     select(c.charged_at, c.job_id, c.vo, c.owner_group, c.owner, c.account, c.charge).order_by(c.id)
                 )
                 found = {"events": [_plain(r) for r in events], "charges": [_plain(r) for r in charges]}
-            found["jobs"] = [await jobs.get(conn, job_id) for job_id in ids]
+            found["jobs"] = [(await jobs.get(conn, job_id)).model_dump() for job_id in ids]
             found["answers"] = answers
             return found
     finally:
