@@ -36,7 +36,8 @@ def database_url(admin_url: str, name: str) -> str:
 
 def query(url: str, statement: str, params: tuple = ()) -> list[tuple]:
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(statement, params).fetchall()
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def fresh_database(admin_url: str, name: str) -> str:
@@ -92,7 +93,7 @@ def _reload(url: str, statement: str) -> None:
     time.sleep(0.5)  # new sessions see the reloaded setting within moments
 
 
-def wait_until_ready(root: str, process: subprocess.Popen, seconds: float = 60) -> bool:
+def wait_until_ready(root: str, process: subprocess.Popen, seconds: float = 180) -> bool:
     """Poll GET {root}/readyz until it answers 200; False if `process` exits or time runs out."""
     deadline = time.monotonic() + seconds
     with httpx.Client(timeout=1) as client:
@@ -157,8 +158,12 @@ def lean_server(url: str, workers: int, log_dir: Path) -> Service:
 
 
 def recompute(service: Service) -> dict:
-    """POST /priorities/recompute, as the periodic run does."""
-    r = httpx.post(f"{service.api}/priorities/recompute", timeout=600)
+    """POST /priorities/recompute, as the periodic run does; a 503 (a run already under way) is tried again."""
+    for _ in range(30):
+        r = httpx.post(f"{service.api}/priorities/recompute", timeout=600)
+        if r.status_code != 503:
+            break
+        time.sleep(2)
     r.raise_for_status()
     return r.json()
 

@@ -76,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     results["sections"][name] = SECTIONS[name](bench)
                 except Exception as exc:  # one section's failure is reported, the others still run
-                    results["errors"][name] = traceback.format_exc()
+                    results["errors"][name] = {
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc(),
+                    }
                     bench.log(f"{name} failed: {type(exc).__name__}: {str(exc)[:500]}")
                 bench.stop()
         finally:
@@ -196,7 +199,7 @@ def markdown(results: dict) -> str:
             ]),
         ]  # fmt: skip
     for name, error in results["errors"].items():
-        lines += ["", f"**{name} failed**: `{error.strip().splitlines()[-1]}`"]
+        lines += ["", f"**{name} failed**: `{error['error'].strip().splitlines()[0][:300]}`"]
     return "\n".join(lines)
 
 

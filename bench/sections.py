@@ -100,6 +100,17 @@ class Bench:
         self.service = env.lean_server(self.url, self.plan.workers, self.out_dir)
         return self.service
 
+    def lean_runs(self, workload: Workload, target: int, resources: Path, counts: tuple[int, ...] = (),
+                  lives: bool = False) -> dict[int, dict]:  # fmt: skip
+        """The lean service at each pilot count, the queue filled to `target` once before (one run
+        takes a few percent of it; each run's waiting jobs at its start are in its figures)."""
+        self.fill(workload, target)
+        service = self.lean()
+        return {
+            count: self.pilots(service, resources, count, self.plan.seconds, lives)
+            for count in counts or self.plan.pilots
+        }
+
     def fill(self, workload: Workload, target: int) -> dict:
         """`target` jobs waiting, submitted through fairmatch's POST /jobs, then analysed (as autoanalyze
         would within a minute of such a load) and the priorities computed again."""
@@ -174,13 +185,11 @@ def lhcb_section(b: Bench) -> dict:
     for count in plan.pilots:
         b.fill(workload, workload.total_jobs)
         out["fairmatch"][count] = b.pilots(b.fairmatch(), resources, count, plan.seconds)
-    for count in plan.pilots:
-        b.fill(workload, workload.total_jobs)
-        out["lean"][count] = b.pilots(b.lean(), resources, count, plan.seconds)
+    out["lean"] = b.lean_runs(workload, workload.total_jobs, resources)
     descriptions = [json.loads(line) for line in resources.read_text().splitlines()]
+    b.fill(workload, workload.total_jobs)
+    b.stop()
     for clients in plan.sql_clients:
-        b.fill(workload, workload.total_jobs)
-        b.stop()
         out["bare_claim"][clients] = bare_claim(b.url, workload.total_jobs, clients, plan.seconds)
         out["dirac_sql"][clients] = dirac_sql(b.url, clients, plan.seconds, descriptions)
         b.log(f"{clients} clients: bare claim {out['bare_claim'][clients]['claims_per_s']:,.0f}/s,"
@@ -202,9 +211,7 @@ def diracx_section(b: Bench) -> dict:
         for count in plan.pilots:
             b.fill(workload, size)
             run["fairmatch"][count] = b.pilots(b.fairmatch(), resources, count, plan.seconds)
-        for count in plan.pilots:
-            b.fill(workload, size)
-            run["lean"][count] = b.pilots(b.lean(), resources, count, plan.seconds)
+        run["lean"] = b.lean_runs(workload, size, resources)
         out["sizes"][size] = run
     return out
 
@@ -219,9 +226,7 @@ def lifecycle_section(b: Bench) -> dict:
     for count in plan.lifecycle_pilots:
         b.fill(workload, plan.lifecycle_jobs)
         out["fairmatch"][count] = b.pilots(b.fairmatch(), resources, count, plan.seconds, lives=True)
-    for count in plan.lifecycle_pilots:
-        b.fill(workload, plan.lifecycle_jobs)
-        out["lean"][count] = b.pilots(b.lean(), resources, count, plan.seconds, lives=True)
+    out["lean"] = b.lean_runs(workload, plan.lifecycle_jobs, resources, plan.lifecycle_pilots, lives=True)
     return out
 
 
