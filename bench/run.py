@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 bench.stop()
         finally:
             bench.stop()
-            env.drop_database(args.pg_url, args.database)
+            try:
+                env.drop_database(args.pg_url, args.database)
+            except Exception as exc:  # the results are written all the same
+                bench.log(f"the database {args.database} is left behind: {exc}")
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     summary = markdown(results)
     (out_dir / "summary.md").write_text(summary + "\n")
