@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--autovacuum", choices=("turn-on", "leave"), default="turn-on",
                         help="on a server that has autovacuum off: turn it on for the run (ALTER SYSTEM,"
                              " put back at the end; the default) or leave it and say so")  # fmt: skip
-    parser.add_argument("--write-docs", action="store_true", help=f"write the summary into {DOCS_PAGE.name}")
+    parser.add_argument("--write-docs", action="store_true",
+                        help=f"write the summary into {DOCS_PAGE.name} (when every section succeeded)")  # fmt: skip
     args = parser.parse_args(argv)
     args.sections = [s for s in SECTIONS if s in args.only.split(",")]
     if not args.sections or set(args.only.split(",")) - set(SECTIONS):
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = markdown(results)
     (out_dir / "summary.md").write_text(summary + "\n")
     print(summary)
-    if args.write_docs:
+    if args.write_docs and results["errors"]:
+        bench.log(f"{DOCS_PAGE.name} left as it was: a section failed")
+    elif args.write_docs:
         write_docs(summary)
         bench.log(f"figures written to {DOCS_PAGE.relative_to(env.REPO)}")
     return 1 if results["errors"] else 0
