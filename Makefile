@@ -53,7 +53,7 @@ DOCS_ARGS ?= serve --dev-addr 127.0.0.1:8001
 docs: install
 	$(BIN)/mkdocs $(DOCS_ARGS) --strict
 
-# The benchmark (bench/README.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
+# The benchmark (docs/explanation/performance.md) on the PostgreSQL at 127.0.0.1:5432, e.g.
 # make bench BENCH_ARGS=--quick   or   BENCH_ARGS="--only lhcb,soak --seconds 30"
 bench: install
 	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"

@@ -46,7 +46,6 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from bench.run_env import wait_until_ready  # also imported from here by the test modules
 from fairmatch.auth.settings import AuthSettings
 from fairmatch.auth.tokens import Role, create_token
 from fairmatch.db import migrate
@@ -56,6 +55,23 @@ from tests.asgi_server import InProcessServer, settings_of
 from tests.forked_server import ForkedServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_until_ready(root: str, process: subprocess.Popen, seconds: float = 15) -> bool:
+    """Poll GET {root}/readyz until it answers 200; False if `process` exits or time runs out.
+    Also imported from here by the test modules that start servers of their own."""
+    deadline = time.monotonic() + seconds
+    with httpx.Client(timeout=1) as client:  # one client: making one per poll costs ~30 ms of CPU
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.get(f"{root}/readyz").status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    return False
+
+
 BACKENDS = [b.strip() for b in os.environ.get("FAIRMATCH_TEST_BACKENDS", "sqlite,postgresql").split(",") if b.strip()]
 PG_ADMIN_URL = os.environ.get("FAIRMATCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

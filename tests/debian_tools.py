@@ -1,4 +1,4 @@
-"""Debian tools some tests run (pgbouncer, wrk, pgbench): installed with apt-get when missing.
+"""Debian tools some tests run (pgbouncer, pgbench): installed with apt-get when missing.
 
 A failed install fails the test that needs the tool, naming the commands and their
 output; it never skips it. Installs are one at a time across the test workers (dpkg

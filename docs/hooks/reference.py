@@ -5,7 +5,7 @@ place at build time (the REST API from the OpenAPI document, the commands from
 the Typer app, the settings from the settings models, the Prometheus metrics
 from the metric objects), so the reference never drifts from the code.
 
-Pages link to files outside `docs/` (`../../bench/README.md`, the simulator's
+Pages link to files outside `docs/` (`../../bench/references/lean_claim.py`, the simulator's
 plots under `examples/`) with paths that work on GitHub; the build adds those
 files to the site under their repository paths and points the links there,
 and the links of such a page back into `docs/` reach the same pages.

@@ -5,7 +5,7 @@ A page never reads every queue's row: the filters, the order and the page's boun
 are the statement's (WHERE, ORDER BY, LIMIT/OFFSET), and its total is a COUNT.
 Only a sort by waiting jobs or by the oldest waiting job counts the waiting jobs of
 every queue (of those the filters keep), in one pass over tq_jobs: its cost grows with
-the waiting jobs, about 30 ms per 200,000 on PostgreSQL (bench/console_pages.py).
+the waiting jobs, about 30 ms per 200,000 on PostgreSQL.
 """
 
 from __future__ import annotations

@@ -316,19 +316,6 @@ def test_on_a_terminal_a_progress_bar_and_a_one_screen_summary(tmp_path, monkeyp
     assert len(lines) <= 24  # one screen
 
 
-def test_the_simulator_benchmark_reports_both_timings(tmp_path):
-    (tmp_path / "s.toml").write_text('[simulation]\nhours = 3\nslots = 50\n[[streams]]\nowner = "a"\n'
-                                     'owner_group = "g"\nbacklog = 5000\n')  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "bench.run_simulate", "--scenario", str(tmp_path / "s.toml"),
-                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.split("\n", 1)[1])
-    (one,) = report["rounds"]
-    assert one["matches"] > 50 and one["priority_runs"] == 3 * 30
-    assert one["bare_selection_seconds"] > 0
-    assert report["median_ratio"] == pytest.approx(one["simulation_seconds"] / one["bare_selection_seconds"])
-
-
 def test_an_imported_association_tree_steers_multifactor():
     """Accounts of shares 9 and 1 under the root: multifactor (classic, highest lottery) moves the
     slots towards 9:1 (equal fair-share factors need usage in the ratio of the shares), where the
