@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from fairmatch.clock import as_utc, utcnow
+from fairmatch.db.batches import Batches
 from fairmatch.db.claims import Claimant, ClaimDB
 from fairmatch.db.pilots import EmptyMatches, PilotDB
 from fairmatch.db.tables import pilots
@@ -31,7 +32,7 @@ async def _claim(engine: Any, job_id: int, benchmark: float | None) -> Claimed:
         assert queue is not None
         claimant = Claimant(SITE, PILOT, grid_ce="ce.example", requester="pilot", request_id=None,
                             lease_seconds=600, benchmark=benchmark)  # fmt: skip
-        claims = ClaimDB.claiming(conn, claimant, random.Random(1))
+        claims = ClaimDB.claiming(conn, claimant, random.Random(1), Batches())
         outcome = await claims.claim(ClaimTarget(queue[0], queue[1], job_id=job_id))
         assert isinstance(outcome, Claimed)
         return outcome
