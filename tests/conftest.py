@@ -9,20 +9,21 @@ error, never a silent skip.
 Where the servers run, by directory (the fixtures keep their names, so a module
 moves by moving its file):
 
-- tests/api/: the HTTP API's contract (bad input, eligibility, the lifecycle,
-  job classes, groups, concurrency on one server, fair share through the API,
-  the smoke test). What they test is the application, so it is served in
-  process (tests/asgi_server.py): the same application, lifespan and
-  background loops as in a uvicorn worker, with no server to start or to wake.
+- tests/api/: the HTTP API's contract (bad and hostile input, eligibility, the
+  lifecycle, job classes, groups, concurrency on one server, fair share through
+  the API, the smoke test). What they test is the application, so it is served in
+  process (tests/asgi_server.py): the same application, lifespan and background
+  loops as in a uvicorn worker, with no server to start or to wake. Only
+  test_hostile_input's body limits (chunked uploads, a reused connection)
+  start a real uvicorn of their own.
 - tests/e2e/ (marked `e2e`): real uvicorn over real HTTP, where the server or
   the processes are the subject or a client needs a URL: the CLI talking to a
-  server (test_cli, test_admin_cli, test_associations, test_policies' sprio and
+  server (test_cli, test_associations, test_policies' sprio and
   sshare, test_usage_accounting's sshare, test_simulate_from), start, stop and
   signals (test_leases_and_shutdown, test_usage_lag), workers and metrics across
   processes (test_metrics, test_two_replicas), two servers on one database
   (test_priority_loop, test_site_limits, test_task_queue_catalog), PgBouncer,
-  schemathesis over the wire, the body limits on chunked uploads and a reused
-  connection (test_hostile_input), tokens next to `fairmatch serve`'s refusal
+  schemathesis over the wire, tokens next to `fairmatch serve`'s refusal
   to listen without them (test_auth), the documentation's commands run as
   written, each page with servers of its own (test_docs_run).
 - tests/fault/: real servers against a PostgreSQL cluster of their own that

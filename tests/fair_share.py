@@ -1,5 +1,5 @@
 """The vocabulary both fair-share modules share: the site, the jobs, the pilot, and keys that
-single out a task queue or a job (tests/db/test_fair_share.py in process, tests/e2e/ over HTTP)."""
+single out a task queue or a job (tests/db/test_fair_share.py in process, tests/api/test_fair_share.py over HTTP)."""
 
 from __future__ import annotations
 

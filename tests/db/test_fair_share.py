@@ -3,8 +3,8 @@
 Each statistical case makes its draws through the very services `/match` and
 `/jobs/{id}/status` call, with a seeded lottery, and compares the observed
 fraction k/n with the probability P the design promises (tests/statistics.py:
-|k/n - P| <= 3.5 binomial sigmas, n >= 1 200). The end-to-end module
-tests/api/test_fair_share.py checks through the API that the server says and does the same.
+|k/n - P| <= 3.5 binomial sigmas, n >= 1 200). tests/api/test_fair_share.py
+checks that the server states the same figures through its API.
 
 The closed loop runs on a simulated clock: the history sampler and the priority
 loop are called at their intervals of that clock, so the case depends on no
@@ -141,7 +141,7 @@ async def test_user_priorities_inside_one_task_queue_are_drawn_by_level(world_of
     """Same requirements, one TQ, 1 500 jobs each of user priority 1 and 3: the level lottery
     draws level 3 with P = 3n / (n + 3n) = 3/4. It weighs the levels by the counts the
     priority loop last stored, and neither level runs dry in 1 200 draws, so P stays 3/4
-    for every draw. (Through the API, tests/api/test_fair_share.py reschedules every match instead.)"""
+    for every draw."""
     world = await world_of()
     await world.put_group("solo", 1000)
     await world.submit([job("erin", "solo", up) for _ in range(1500) for up in (1, 3)])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
@@ -114,10 +113,12 @@ def test_a_pilot_token_in_the_cookie_opens_no_page(token_server, clean):
 
 
 def test_an_expired_session_goes_to_sign_in_and_a_live_refresh_gets_401(token_server, clean):
-    token = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=1)
-    with httpx.Client(base_url=token_server.url, cookies={"fairmatch_console": token}) as browser:
+    live = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=600)
+    # expired 10 s ago: past exp and the verifier's leeway of 5 s, with no wait for it
+    expired = create_token(TOKEN_SETTINGS, role=Role.admin, sub="a", ttl_seconds=-10)
+    with httpx.Client(base_url=token_server.url, cookies={"fairmatch_console": live}) as browser:
         assert browser.get("/ui/").status_code == 200
-        time.sleep(7)  # past exp and the verifier's leeway of 5 s
+    with httpx.Client(base_url=token_server.url, cookies={"fairmatch_console": expired}) as browser:
         assert browser.get("/ui/").status_code == 303
         assert browser.get("/ui/", headers={"X-Console-Refresh": "1"}).status_code == 401
 

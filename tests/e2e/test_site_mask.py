@@ -271,7 +271,7 @@ def test_sites_ban_needs_a_reason(run, args, message):
 
 
 def test_sites_commands_with_tokens_follow_the_roles(run, token_server, clean):
-    from tests.e2e.test_admin_cli import token
+    from tests.e2e.test_cli import token
 
     url = ["--url", token_server.url]
     operator = token("operator", "ops")
