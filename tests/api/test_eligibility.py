@@ -532,6 +532,7 @@ def test_the_dry_run_says_how_many_queues_each_condition_rejects(client):
     assert list(found["rejected_by"]) == [
         "cpu_time",
         "ram",
+        "gpus",
         "site",
         "banned_site",
         "grid_ce",

@@ -964,7 +964,7 @@ def test_a_clean_stop_removes_the_metrics_directory_serve_made_and_keeps_a_confi
 
 def test_match_takes_the_gpus_a_slot_offers_and_the_reference_lists_the_option(invoke, monkeypatch, server, clean):
     monkeypatch.setattr(render, "stdout_is_tty", lambda: False)
-    plain, gpu = submit_via_api(server, JOB_A, {**JOB_A, "number_of_gpus": 2})
+    plain, gpu = submit_via_api(server, JOB, {**JOB, "number_of_gpus": 2})
     slot = ["match", "--site", "S1", "--cpu-time", "100000", "--url", server.url]
     for offered, expected in (((), {plain["task_queue_id"]}), (("--gpus", "1"), {plain["task_queue_id"]}),
                               (("--gpus", "2"), {plain["task_queue_id"], gpu["task_queue_id"]})):  # fmt: skip
