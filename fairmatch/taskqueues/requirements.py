@@ -24,8 +24,6 @@ MULTI_VALUE_FIELDS = ("sites", "banned_sites", "grid_ces", "platforms", "job_typ
 # Site = ANY). Tags and banned sites are literal.
 WILDCARD_FIELDS = ("sites", "grid_ces", "platforms", "job_types")
 
-# the memory range a queue's jobs need, in MB (two of the amounts)
-
 
 def bucket_cpu_time(cpu_time: int, buckets: Sequence[int]) -> int:
     """Move `cpu_time` up to the first bucket >= it, capped at the last bucket."""

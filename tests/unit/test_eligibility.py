@@ -32,7 +32,7 @@ def queue_row(tq_id: int, **spec: Any) -> dict[str, Any]:
     found = requirements_of(job, JobSettings(), DIRAC_CPU_BUCKETS)
     return tq_row(
         tq_id, owner=found.owner, owner_group=found.owner_group, vo=found.vo, cpu_time=found.cpu_time,
-        min_ram_mb=found.min_ram_mb, max_ram_mb=found.max_ram_mb,
+        **dict(found.amounts),
         **{field: list(found.values(field)) for field in MULTI_VALUE_FIELDS},
     )  # fmt: skip
 
@@ -352,6 +352,19 @@ RULES = [
         "a-maximum-alone-puts-no-condition-on-the-slot",
         {"max_ram_mb": 1000},
         accepts=[resource(MaxRAM=500), resource(MaxRAM=64000)],
+        refuses=[],
+    ),
+    # --- GPUs
+    rule(
+        "gpus-need-a-slot-offering-as-many",
+        {"number_of_gpus": 2},
+        accepts=[resource(NumberOfGPUs=2), resource(NumberOfGPUs=8), resource(number_of_gpus="2")],
+        refuses=[resource(NumberOfGPUs=1), resource(NumberOfGPUs=0), resource()],
+    ),
+    rule(
+        "a-queue-without-gpus-goes-to-any-slot",
+        {},
+        accepts=[resource(), resource(NumberOfGPUs=0), resource(NumberOfGPUs=4)],
         refuses=[],
     ),
     # --- numbers sent as text are numbers
