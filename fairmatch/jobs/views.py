@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, JsonValue
 
-from fairmatch.taskqueues.views import with_amounts
+from fairmatch.taskqueues.views import with_requirements
 
 
 class _JobPlacement(BaseModel):
@@ -30,21 +30,15 @@ class _JobPlacement(BaseModel):
     account: str = Field(description="The Slurm account usage is charged to.")
     cpu_time: int = Field(description="CPU seconds requested.")
     cpu_bucket: int | None = Field(description="The CPU-time segment the job was queued under.")
-    sites: list[str]
-    banned_sites: list[str]
-    grid_ces: list[str]
-    platforms: list[str]
-    job_types: list[str]
-    tags: list[str]
 
 
 if TYPE_CHECKING:
-    _JobAmounts = _JobPlacement
+    _JobRequirements = _JobPlacement
 else:
-    _JobAmounts = with_amounts(_JobPlacement)
+    _JobRequirements = with_requirements(_JobPlacement)
 
 
-class Job(_JobAmounts):
+class Job(_JobRequirements):
     user_priority: int
     priority_class: int
     job_class: str | None

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, create_model
 
 from fairmatch.taskqueues.matching_fields import AMOUNTS
+from fairmatch.taskqueues.requirements import MULTI_VALUE_FIELDS
 
 
-def with_amounts(base: type[BaseModel]) -> type[BaseModel]:
-    """`base` followed by the amounts a job asks for, as declared (0: none): the fields of
-    every answer that shows a job's or a queue's amounts."""
-    fields: dict[str, Any] = {amount.name: (int, Field(description=amount.description)) for amount in AMOUNTS}
-    return create_model(f"{base.__name__}Amounts", __base__=base, **fields)
+def with_requirements(base: type[BaseModel]) -> type[BaseModel]:
+    """`base` followed by what a job asks of its slot, as the requirements declare it: the value
+    lists, then the amounts (0: none). The fields of every answer that shows a job or a queue."""
+    fields: dict[str, Any] = {name: (list[str], ...) for name in MULTI_VALUE_FIELDS}
+    fields |= {amount.name: (int, Field(description=amount.description)) for amount in AMOUNTS}
+    return create_model(f"{base.__name__}Requirements", __base__=base, **fields)
 
 
 class _QueueKeys(BaseModel):
@@ -35,19 +37,13 @@ class _QueueKeys(BaseModel):
         "(dirac: also its own priority and its site variants, summed or not)."
     )
     jobs: int = Field(description="Waiting jobs.")
-    sites: list[str]
-    banned_sites: list[str]
-    grid_ces: list[str]
-    platforms: list[str]
-    job_types: list[str]
-    tags: list[str]
 
 
 if TYPE_CHECKING:
-    _QueueAmounts = _QueueKeys
+    _QueueRequirements = _QueueKeys
 else:
-    _QueueAmounts = with_amounts(_QueueKeys)
+    _QueueRequirements = with_requirements(_QueueKeys)
 
 
-class TaskQueue(_QueueAmounts):
+class TaskQueue(_QueueRequirements):
     created_at: datetime
