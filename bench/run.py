@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes of each service (default 2)")
     parser.add_argument("--max-jobs", type=int, default=MAX_JOBS, help="caps every section's waiting jobs")
     parser.add_argument("--soak-seconds", type=int, help="the soak's length (default 1200, quick 120)")
+    parser.add_argument("--max-pilots", type=int, help="caps every run's pilots and SQL clients (a small server)")
     parser.add_argument("--pg-url", default=os.environ.get("FAIRMATCH_BENCH_PG_URL", DEFAULT_PG_URL),
                         help="a PostgreSQL superuser URL; the benchmark creates its database beside it")  # fmt: skip
     parser.add_argument("--database", default="fairmatch_bench", help="the database it creates and drops")
@@ -63,7 +64,7 @@ def results_dir() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    plan = Plan.build(args.quick, args.seconds, args.workers, args.max_jobs, args.soak_seconds)
+    plan = Plan.build(args.quick, args.seconds, args.workers, args.max_jobs, args.soak_seconds, args.max_pilots)
     out_dir = results_dir()
     # the options that shape the figures (no URL, which may hold a password)
     shown = {"--only": args.only if args.sections != list(SECTIONS) else None, "--seconds": args.seconds,

@@ -54,7 +54,18 @@ class Plan:
     descriptions: int = 10_000  # pilot resource descriptions drawn per workload
 
     @classmethod
-    def build(cls, quick: bool, seconds: int | None, workers: int, max_jobs: int, soak_seconds: int | None) -> Plan:
+    def build(
+        cls,
+        quick: bool,
+        seconds: int | None,
+        workers: int,
+        max_jobs: int,
+        soak_seconds: int | None,
+        max_pilots: int | None = None,
+    ) -> Plan:
+        def capped(counts: tuple[int, ...]) -> tuple[int, ...]:
+            return counts if max_pilots is None else tuple(sorted({min(n, max_pilots) for n in counts}))
+
         return cls(
             quick=quick, seconds=seconds or (3 if quick else 20), workers=workers,
             lhcb_jobs=min(max_jobs, 43_600 if quick else LHCB_JOBS),
@@ -62,6 +73,8 @@ class Plan:
             lifecycle_jobs=min(max_jobs, 20_000 if quick else 200_000),
             soak_jobs=min(max_jobs, 20_000 if quick else 100_000),
             soak_seconds=soak_seconds or (120 if quick else 1200),
+            pilots=capped(cls.pilots), lifecycle_pilots=capped(cls.lifecycle_pilots),
+            soak_pilots=capped((cls.soak_pilots,))[0], sql_clients=capped(cls.sql_clients),
         )  # fmt: skip
 
 

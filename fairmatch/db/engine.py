@@ -30,7 +30,7 @@ POSTGRESQL_CONNECT_ARGS = {
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
-SQLITE_BUSY_SECONDS = 30
+SQLITE_BUSY_SECONDS = 30  # sqlite3.connect's timeout: how long a statement waits for the write lock
 
 
 def parse_url(url: str) -> URL:
@@ -139,7 +139,6 @@ def _make_sqlite_transactional(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
