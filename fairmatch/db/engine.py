@@ -11,7 +11,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from fairmatch.db import errors
+from fairmatch.db import errors, sqlite_driver
 from fairmatch.errors import DatabaseUnavailable
 
 APPLICATION_NAME = "fairmatch"
@@ -98,8 +98,10 @@ def create_engine(url: str, *, pool_size: int = 10, prepared_statements: bool = 
     setting) for a PgBouncer in transaction mode. SQLite ignores it."""
     parsed = normalise_url(url)
     if is_sqlite(parsed):
+        positional, keywords = parsed.get_dialect()().create_connect_args(parsed)
         # sqlite3's own wait for a lock held by another connection, before SQLITE_BUSY
-        engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_SECONDS})
+        opened_with = (positional, {**keywords, "timeout": SQLITE_BUSY_SECONDS})
+        engine = create_async_engine(parsed, async_creator=sqlite_driver.connector(opened_with))
         _make_sqlite_transactional(engine)
     else:
         engine = _postgresql_engine(parsed, pool_size, prepared_statements)

@@ -1,0 +1,60 @@
+"""The one-trip aiosqlite cursor answers as aiosqlite's own does, through SQLAlchemy too."""
+
+from __future__ import annotations
+
+import asyncio
+
+import sqlalchemy as sa
+
+from fairmatch.db import sqlite_driver
+from fairmatch.db.engine import create_engine
+from fairmatch.errors import UniqueViolation
+
+
+def test_the_cursor_keeps_rows_counts_and_ids_of_each_statement(tmp_path):
+    async def scenario():
+        connect = sqlite_driver.connector(([str(tmp_path / "t.db")], {"isolation_level": None}))
+        db = await connect()
+        try:
+            cursor = db.cursor()
+            await cursor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+            await cursor.executemany("INSERT INTO t (v) VALUES (?)", [("a",), ("b",), ("c",)])
+            assert cursor.rowcount == 3 and cursor.description is None
+            await cursor.execute("INSERT INTO t (v) VALUES (:v)", {"v": "d"})
+            assert cursor.lastrowid == 4
+            await cursor.execute("UPDATE t SET v = v || '!' WHERE id > 1 RETURNING id, v")
+            assert [d[0] for d in cursor.description] == ["id", "v"]
+            assert cursor.rowcount == 3  # known once the rows are read, as they are at once
+            assert await cursor.fetchone() == (2, "b!")
+            assert await cursor.fetchmany(1) == [(3, "c!")]
+            assert await cursor.fetchall() == [(4, "d!")]
+            assert await cursor.fetchall() == []
+            assert await db.on_thread(lambda conn, x: conn.execute("SELECT ?", (x,)).fetchone(), 7) == (7,)
+        finally:
+            await db.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_service_engine_uses_it_and_its_errors_are_fairmatchs(tmp_path):
+    async def scenario():
+        engine = create_engine(f"sqlite:///{tmp_path}/e.db")
+        try:
+            async with engine.begin() as conn:
+                raw = (await conn.get_raw_connection()).driver_connection
+                assert isinstance(raw, sqlite_driver.OneTripConnection)
+                await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)"))
+                await conn.execute(sa.text("INSERT INTO t (v) VALUES ('x')"))
+            try:
+                async with engine.begin() as conn:
+                    await conn.execute(sa.text("INSERT INTO t (v) VALUES ('x')"))
+            except UniqueViolation as exc:
+                assert "UNIQUE constraint failed: t.v" in exc.cause  # the driver's word, kept for the log
+            else:
+                raise AssertionError("a duplicate was stored")
+            async with engine.connect() as conn:  # the failed transaction was rolled back
+                assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar_one() == 1
+        finally:
+            await engine.dispose()
+
+    asyncio.run(scenario())
