@@ -115,14 +115,13 @@ class Bench:
 
     def lean_runs(self, workload: Workload, target: int, resources: Path, counts: tuple[int, ...] = (),
                   lives: bool = False) -> dict[int, dict]:  # fmt: skip
-        """The lean service at each pilot count, the queue filled to `target` once before (one run
-        takes a few percent of it; each run's waiting jobs at its start are in its figures)."""
-        self.fill(workload, target)
-        service = self.lean()
-        return {
-            count: self.pilots(service, resources, count, self.plan.seconds, lives)
-            for count in counts or self.plan.pilots
-        }
+        """The lean service at each pilot count, the queue filled to `target` before each run as
+        for fairmatch's (a fast run may take most of a small queue)."""
+        runs = {}
+        for count in counts or self.plan.pilots:
+            self.fill(workload, target)
+            runs[count] = self.pilots(self.lean(), resources, count, self.plan.seconds, lives)
+        return runs
 
     def fill(self, workload: Workload, target: int) -> dict:
         """`target` jobs waiting, submitted through fairmatch's POST /jobs, then analysed (as autoanalyze
