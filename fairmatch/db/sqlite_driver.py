@@ -1,21 +1,19 @@
-"""aiosqlite connections whose statements cost one trip to the driver's thread.
+"""aiosqlite connections whose statements cost one or two trips to the driver's thread.
 
-aiosqlite runs SQLite in a thread of its own. Through SQLAlchemy, a statement
-makes four trips there and back (open a cursor, execute, fetch the rows, close
-the cursor), each a wake-up of both threads: most of what a statement of
-fairmatch costs on SQLite. The cursor here does all four in one function on
-that thread and keeps the rows, the description, the row count and the last
-row id for SQLAlchemy to read without another trip. Everything else is
-aiosqlite's own connection (transactions, isolation level, closing).
-
-aiosqlite has no public way to run a function on its thread; `_execute` (and
-`_conn`, the sqlite3 connection there) are the ones its own cursor uses, so
-the supported aiosqlite versions are pinned in pyproject.toml.
+aiosqlite runs SQLite in a thread of its own. Through SQLAlchemy's adaption, a
+statement makes four trips there and back (open a cursor, execute, fetch the rows,
+close the cursor), each a wake-up of both threads: most of what a statement of
+fairmatch costs on SQLite. The cursor here runs the statement with the connection's
+own `execute` (one trip, which opens the cursor too) and, when the statement answers
+rows, reads them all with a second; the description, the row count and the last row
+id are then the cursor's own, read without a trip. It needs no close: a statement
+read to its end holds nothing. Only aiosqlite's public API is used.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,25 +22,10 @@ import aiosqlite
 Description = tuple[tuple[str, None, None, None, None, None, None], ...] | None
 
 
-def _run(db: sqlite3.Connection, sql: str, parameters: Any, many: bool) -> tuple[Description, int, int | None, list]:
-    """On the driver's thread: the statement, all its rows, and what the cursor says of it."""
-    cursor = db.cursor()
-    try:
-        if many:
-            cursor.executemany(sql, parameters)
-        else:
-            cursor.execute(sql, parameters)
-        rows = cursor.fetchall() if cursor.description else []
-        # the row count of an UPDATE ... RETURNING is known once its rows are read
-        return cursor.description, cursor.rowcount, cursor.lastrowid, rows
-    finally:
-        cursor.close()
+class ReadAtOnceCursor:
+    """The part of a DB-API cursor SQLAlchemy's async adaption uses, the rows read at once."""
 
-
-class OneTripCursor:
-    """The part of aiosqlite's cursor SQLAlchemy uses, one trip a statement."""
-
-    def __init__(self, connection: OneTripConnection) -> None:
+    def __init__(self, connection: aiosqlite.Connection) -> None:
         self._connection = connection
         self.description: Description = None
         self.rowcount = -1
@@ -50,23 +33,24 @@ class OneTripCursor:
         self.arraysize = 1
         self._rows: list = []
 
-    async def __aenter__(self) -> OneTripCursor:
+    async def __aenter__(self) -> ReadAtOnceCursor:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _execute(self, sql: str, parameters: Any, many: bool) -> OneTripCursor:
-        self.description, self.rowcount, self.lastrowid, self._rows = await self._connection.on_thread(
-            _run, sql, parameters, many
-        )
+    async def _took(self, cursor: aiosqlite.Cursor) -> ReadAtOnceCursor:
+        self.description = cursor.description
+        self._rows = list(await cursor.fetchall()) if cursor.description else []
+        # the row count of an UPDATE ... RETURNING is known once its rows are read
+        self.rowcount, self.lastrowid = cursor.rowcount, cursor.lastrowid
         return self
 
-    async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> OneTripCursor:
-        return await self._execute(sql, parameters, False)
+    async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> ReadAtOnceCursor:
+        return await self._took(await self._connection.execute(sql, parameters))
 
-    async def executemany(self, sql: str, parameters: Iterable[Sequence[Any] | dict[str, Any]]) -> OneTripCursor:
-        return await self._execute(sql, list(parameters), True)
+    async def executemany(self, sql: str, parameters: Iterable[Sequence[Any] | dict[str, Any]]) -> ReadAtOnceCursor:
+        return await self._took(await self._connection.executemany(sql, list(parameters)))
 
     async def fetchall(self) -> list:
         rows, self._rows = self._rows, []
@@ -84,26 +68,36 @@ class OneTripCursor:
         self._rows = []
 
 
-class OneTripConnection(aiosqlite.Connection):
-    """aiosqlite's connection with the one-trip cursor."""
+class ReadAtOnceConnection(aiosqlite.Connection):
+    """aiosqlite's connection with the read-at-once cursor."""
 
-    def cursor(self) -> OneTripCursor:  # type: ignore[override]
-        return OneTripCursor(self)
-
-    async def on_thread(self, function: Callable[..., Any], *args: Any) -> Any:
-        """function(sqlite3 connection, *args), run on the driver's thread."""
-        return await self._execute(lambda: function(self._conn, *args))
+    def cursor(self) -> ReadAtOnceCursor:  # type: ignore[override]
+        return ReadAtOnceCursor(self)
 
 
 def connector(arguments: tuple[Sequence[Any], dict[str, Any]]) -> Callable[[], Any]:
-    """The `async_creator` of an engine: a started OneTripConnection opened with these
+    """The `async_creator` of an engine: a started ReadAtOnceConnection opened with these
     sqlite3.connect arguments (the dialect's own, from the URL)."""
     positional, keywords = arguments
 
-    async def connect() -> OneTripConnection:
-        connection = OneTripConnection(lambda: sqlite3.connect(*positional, **keywords), iter_chunk_size=64)
-        connection._thread.daemon = True  # as SQLAlchemy does: a forgotten connection never blocks the exit
+    def new() -> ReadAtOnceConnection:
+        return ReadAtOnceConnection(lambda: sqlite3.connect(*positional, **keywords), iter_chunk_size=64)
+
+    async def connect() -> ReadAtOnceConnection:
+        connection = _made_in_a_daemon_thread(new)
         await connection  # starts its thread and opens the database
         return connection
 
     return connect
+
+
+def _made_in_a_daemon_thread(make: Callable[[], ReadAtOnceConnection]) -> ReadAtOnceConnection:
+    """make(), called in a daemon thread. A thread is a daemon when the thread that creates it
+    is one, and aiosqlite creates the connection's thread with the connection: a connection
+    nobody closed (an engine not disposed) then never holds the process at its exit, as
+    SQLAlchemy's own aiosqlite connections do not."""
+    made: list[ReadAtOnceConnection] = []
+    maker = threading.Thread(target=lambda: made.append(make()), daemon=True)
+    maker.start()
+    maker.join()
+    return made[0]

@@ -1,8 +1,12 @@
-"""The one-trip aiosqlite cursor answers as aiosqlite's own does, through SQLAlchemy too."""
+"""The read-at-once aiosqlite cursor answers as aiosqlite's own does, through SQLAlchemy too, and a
+connection nobody closed never holds a process at its exit."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 
 import sqlalchemy as sa
 
@@ -29,7 +33,6 @@ def test_the_cursor_keeps_rows_counts_and_ids_of_each_statement(tmp_path):
             assert await cursor.fetchmany(1) == [(3, "c!")]
             assert await cursor.fetchall() == [(4, "d!")]
             assert await cursor.fetchall() == []
-            assert await db.on_thread(lambda conn, x: conn.execute("SELECT ?", (x,)).fetchone(), 7) == (7,)
         finally:
             await db.close()
 
@@ -42,7 +45,7 @@ def test_the_service_engine_uses_it_and_its_errors_are_fairmatchs(tmp_path):
         try:
             async with engine.begin() as conn:
                 raw = (await conn.get_raw_connection()).driver_connection
-                assert isinstance(raw, sqlite_driver.OneTripConnection)
+                assert isinstance(raw, sqlite_driver.ReadAtOnceConnection)
                 await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)"))
                 await conn.execute(sa.text("INSERT INTO t (v) VALUES ('x')"))
             try:
@@ -58,3 +61,18 @@ def test_the_service_engine_uses_it_and_its_errors_are_fairmatchs(tmp_path):
             await engine.dispose()
 
     asyncio.run(scenario())
+
+
+def test_a_process_that_never_disposed_its_engine_still_exits(tmp_path):
+    script = textwrap.dedent(f"""
+        import asyncio, sqlalchemy as sa
+        from fairmatch.db.engine import create_engine
+        engines = []
+        async def main():
+            engines.append(create_engine("sqlite:///{tmp_path}/x.db"))
+            async with engines[0].connect() as conn:  # back in the pool, open, never closed
+                print((await conn.execute(sa.text("SELECT 1"))).scalar_one())
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
