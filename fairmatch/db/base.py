@@ -11,16 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import ColumnElement, DateTime, Insert, Select, Table, column, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fairmatch.clock import utcnow
+from fairmatch.clock import as_utc, utcnow
 
 CHUNK = 1000  # rows per multi-row statement: well under every driver's parameter limit
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def model_of(model: type[Model], row: Any, **given: Any) -> Model:
+    """`model` made of a row: each field not `given` is the column of its name, a time in UTC
+    (SQLite's come back naive)."""
+    columns = row._mapping
+    for name in _field_names(model):
+        if name not in given:
+            value = columns[name]
+            given[name] = as_utc(value) if isinstance(value, datetime) else value
+    return model(**given)
+
+
+@cache
+def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(model.model_fields)
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:

@@ -26,7 +26,7 @@ from fairmatch.accounting.usage import charge_row
 from fairmatch.auth.policy import JobScope
 from fairmatch.clock import as_utc
 from fairmatch.db.accounting import AccountingDB, charge_insert
-from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks, model_of
 from fairmatch.db.batches import Batches
 from fairmatch.db.raw import Row
 from fairmatch.db.tables import job_events, job_specs, jobs, match_requests, status_in, tq_jobs
@@ -544,34 +544,12 @@ def job_of(row: Any, *, matched_from: int | None = None) -> Job:
     waits in, or `matched_from` for the answer to the match that took it."""
     requirements = row.requirements or {}
     waiting_in = row.task_queue_id if row.status == JobStatus.Waiting else None
-    return Job(
+    return model_of(
+        Job,
+        row,
         job_id=row.id,
-        external_id=row.external_id,
-        status=row.status,
-        minor_status=row.minor_status,
         task_queue_id=waiting_in if matched_from is None else matched_from,
-        owner=row.owner,
-        owner_group=row.owner_group,
-        vo=row.vo,
-        account=row.account,
-        cpu_time=row.cpu_time,
         cpu_bucket=requirements.get("cpu_time"),
         **{field: requirements.get(field, []) for field in MULTI_VALUE_FIELDS},
         **{field: requirements.get(field, 0) for field in AMOUNT_FIELDS},
-        user_priority=row.user_priority,
-        priority_class=row.priority_class,
-        job_class=row.job_class,
-        payload=row.payload,
-        site=row.site,
-        pilot_reference=row.pilot_reference,
-        grid_ce=row.grid_ce,
-        submitted_at=as_utc(row.submitted_at),
-        matched_at=as_utc(row.matched_at),
-        lease_expires_at=as_utc(row.lease_expires_at),
-        started_at=as_utc(row.started_at),
-        heartbeat_at=as_utc(row.heartbeat_at),
-        finished_at=as_utc(row.finished_at),
-        reschedules=row.reschedules,
-        cpu_seconds=row.cpu_seconds,
-        wall_seconds=row.wall_seconds,
     )

@@ -36,8 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
 from sqlalchemy.dialects.sqlite import Insert as SQLiteInsert
 
-from fairmatch.clock import as_utc
-from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, model_of
 from fairmatch.db.tables import jobs, pilots
 from fairmatch.matching.pilots import PilotSummary
 
@@ -123,17 +122,7 @@ def claimed_by_pilot(insert: Callable[[Table], Any], job_id: ColumnElement[Any],
 
 def pilot_of(row: Any) -> PilotSummary:
     """A pilots row as the API shows it."""
-    return PilotSummary(
-        reference=row.reference,
-        site=row.site,
-        grid_ce=row.grid_ce,
-        benchmark=row.benchmark,
-        first_seen=as_utc(row.first_seen),
-        last_seen=as_utc(row.last_seen),
-        matches=row.matches,
-        empty_matches=row.empty_matches,
-        current_job_id=row.current_job_id,
-    )
+    return model_of(PilotSummary, row)
 
 
 class PilotDB(AreaDB):

@@ -23,8 +23,7 @@ from typing import Any
 
 from sqlalchemy import ARRAY, String, any_, bindparam, delete, exists, func, select, update
 
-from fairmatch.clock import as_utc
-from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks
+from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements, chunks, model_of
 from fairmatch.db.change_signal import mark_changed
 from fairmatch.db.tables import task_queues, tq_jobs
 from fairmatch.taskqueues.matching_fields import AMOUNT_FIELDS, MATCHED_AMOUNTS
@@ -242,19 +241,5 @@ class SQLiteTaskQueueDB(SQLiteStatements, TaskQueueDB, dialect="sqlite"):
 
 
 def _task_queue_of(row: Any) -> TaskQueue:
-    return TaskQueue(
-        task_queue_id=row.id,
-        owner=row.owner,
-        owner_group=row.owner_group,
-        vo=row.vo,
-        cpu_time=row.cpu_time,
-        priority_class=row.priority_class,
-        job_class=row.job_class,
-        account=row.account,
-        **{name: row._mapping[name] for name in AMOUNT_FIELDS},
-        priority=row.priority,
-        priority_origin=row.priority_origin,
-        jobs=row.jobs,
-        **{field: row._mapping[field] or [] for field in MULTI_VALUE_FIELDS},
-        created_at=as_utc(row.created_at),
-    )
+    lists = {field: row._mapping[field] or [] for field in MULTI_VALUE_FIELDS}  # none stored: empty
+    return model_of(TaskQueue, row, task_queue_id=row.id, **lists)
