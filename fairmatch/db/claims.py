@@ -51,6 +51,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     or_,
     select,
     table,
@@ -59,6 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import ColumnElement, FromClause
 
 from fairmatch.clock import utcnow
 from fairmatch.db.base import AreaDB, PostgresStatements, SQLiteStatements
@@ -139,12 +141,9 @@ WITH picked AS MATERIALIZED (
     WHERE jobs.id = removed.job_id AND jobs.status = 'Waiting'
     RETURNING jobs.*
 ), event AS (
-    INSERT INTO job_events (job_id, status, minor_status, at, source, by)
-    SELECT id, %(status)s, CAST(%(minor_status)s AS varchar), %(now)s, 'match', %(requester)s FROM matched
+    {event}
 ), request AS (
-    INSERT INTO match_requests (requester, request_id, job_id, created_at, resource)
-    SELECT %(requester)s, CAST(%(request_id)s AS varchar), id, %(now)s, CAST(%(request_resource)s AS json) FROM matched
-    WHERE CAST(%(request_id)s AS varchar) IS NOT NULL
+    {request}
 ), pilot AS (
     {pilot}
 )
@@ -163,14 +162,59 @@ LEFT JOIN job_specs AS spec ON spec.job_id = matched.id
 
 
 def _postgresql_claim(candidates: str) -> str:
-    """The claim statement with these candidates: the jobs columns of CLAIM_SETS, the pilot's
-    record compiled for psycopg (its parameters are the claim's, by name)."""
-    pilot = claimed_by_pilot(postgresql.insert, column("id"), table("matched"))
+    """The claim statement with these candidates: the jobs columns of CLAIM_SETS; the job's
+    event, the request's record and the pilot's, as SQLite's claim writes them, compiled for
+    psycopg (their parameters are the claim's, by name)."""
+    claimed: ColumnElement[Any] = column("id")
+    matched = table("matched")
+
+    def compiled(statement: Any) -> str:
+        return str(statement.compile(dialect=psycopg_dialect()))
+
     return _CLAIM_SQL.format(
         candidates=candidates,
         sets=",\n        ".join(f"{name} = %({param})s" for name, param in CLAIM_SETS.items()),
-        pilot=str(pilot.compile(dialect=psycopg_dialect())),
+        event=compiled(_claim_event(claimed, matched)),
+        request=compiled(_claim_request(claimed, matched)),
+        pilot=compiled(claimed_by_pilot(postgresql.insert, claimed, matched)),
     )
+
+
+def _claim_event(job_id: ColumnElement[Any], *source: FromClause) -> Any:
+    """The claimed job's event (`job_id` read from `source`, if any); its values are the
+    claim's parameters (status, minor_status, now, requester)."""
+    values = select(
+        job_id,
+        bindparam("status", type_=job_events.c.status.type),
+        bindparam("minor_status", type_=job_events.c.minor_status.type),
+        bindparam("now", type_=job_events.c.at.type),
+        literal_column("'match'"),
+        bindparam("requester", type_=job_events.c.by.type),
+    ).select_from(*source)
+    return insert(job_events).from_select(["job_id", "status", "minor_status", "at", "source", "by"], values)
+
+
+def _claim_request(job_id: ColumnElement[Any], *source: FromClause) -> Any:
+    """The match's request id and what it asked, kept to answer its retries with the same job;
+    nothing when the request carries no id. The asked fields arrive as JSON text."""
+    request_id = bindparam("request_id", type_=match_requests.c.request_id.type)
+    values = (
+        select(
+            bindparam("requester", type_=match_requests.c.requester.type),
+            request_id,
+            job_id,
+            bindparam("now", type_=match_requests.c.created_at.type),
+            # SQLite stores the text as it is (a CAST to JSON there is a number)
+            cast(
+                bindparam("request_resource", type_=String),
+                match_requests.c.resource.type.with_variant(String(), "sqlite"),
+            ),
+        )
+        .select_from(*source)
+        .where(request_id.is_not(None))
+    )
+    columns = ["requester", "request_id", "job_id", "created_at", "resource"]
+    return insert(match_requests).from_select(columns, values)
 
 
 CLAIM_LEVEL = _postgresql_claim(_LEVEL_CANDIDATES)
@@ -226,15 +270,8 @@ _SQLITE_MATCH = (
         ~exists().where(tq_jobs.c.tq_id == bindparam("tq_id")).label("tq_now_empty"),
     )
 )
-_SQLITE_EVENT = insert(job_events).values(
-    job_id=_CLAIMED, status=bindparam("status"), minor_status=bindparam("minor_status"),
-    at=bindparam("now"), source="match", by=bindparam("requester"),
-)  # fmt: skip
-# the request's matching fields arrive as JSON text, stored as they are
-_SQLITE_REQUEST = insert(match_requests).values(
-    requester=bindparam("requester"), request_id=bindparam("request_id"), job_id=_CLAIMED,
-    created_at=bindparam("now"), resource=bindparam("request_resource", type_=String),
-)  # fmt: skip
+_SQLITE_EVENT = _claim_event(_CLAIMED)
+_SQLITE_REQUEST = _claim_request(_CLAIMED)
 _SQLITE_PILOT = claimed_by_pilot(sqlite.insert, _CLAIMED)
 # why nothing was claimed: the probes of the PostgreSQL statement
 _SQLITE_MISSED = select(
@@ -375,7 +412,7 @@ class SQLiteClaimDB(SQLiteStatements, ClaimDB, dialect="sqlite"):
             job = (await self.conn.execute(_SQLITE_MATCH, params)).first()
             if job is not None:
                 await self.conn.execute(_SQLITE_EVENT, params)
-                if params["request_id"] is not None:
+                if params["request_id"] is not None:  # the statement would insert nothing
                     await self.conn.execute(_SQLITE_REQUEST, params)
                 await self.conn.execute(_SQLITE_PILOT, params)
                 return Claimed(job=job, tq_now_empty=job.tq_now_empty)
