@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from fairmatch.auth.tokens import Role, create_token
 from tests.conftest import TOKEN_SECRET, TOKEN_SETTINGS, PerBackend, Server, servers_of
+from tests.e2e.console_pages import CSRF
 
 
 def pytest_collection_modifyitems(items):
@@ -41,9 +41,6 @@ def cli_env(tmp_path) -> dict[str, str]:
     config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRMATCH_")}
     return {**env, "FAIRMATCH_CONFIG": str(config)}
-
-
-CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
 
 @dataclass

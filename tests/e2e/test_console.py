@@ -1,4 +1,6 @@
-"""The console over real HTTP: sign-in, sessions, headers, CSRF, the overview and the actions.
+"""The console over real HTTP: sign-in, sessions, headers, CSRF, escaping and refused values on
+every page, the overview, the site mask's actions, why not, shares and sites. The job and
+task-queue pages are tests/e2e/test_console_jobs_and_queues.py's.
 
 What a browser does on these pages (scripts, live refresh, clicks) is
 tests/e2e/test_console_browser.py's; here each request is checked as sent.
@@ -20,15 +22,9 @@ from fairmatch.console.render import percent, significant
 from fairmatch.db.tables import history_samples, running_samples
 from fairmatch.priority.history import GROUP_LEVEL
 from tests.conftest import TOKEN_SETTINGS
+from tests.e2e.console_pages import CSRF, form_fields, listed_jobs, listed_queues, submit
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def submit(api: httpx.Client, count: int = 1, **spec) -> list[int]:
-    jobs = [{"owner": "alice", "owner_group": "lhcb_user", "cpu_time": 3600, **spec} for _ in range(count)]
-    r = api.post("/jobs", json={"jobs": jobs})
-    assert r.status_code == 201, r.text
-    return [j["job_id"] for j in r.json()["jobs"]]
 
 
 def audit_actions(api: httpx.Client) -> list[tuple[str, str, str | None]]:
@@ -172,6 +168,89 @@ def test_the_console_is_not_in_the_api_description(server, clean):
     assert not [p for p in paths if p.startswith("/ui")]
 
 
+# --- names shown and values refused: the same rules on every page --------------------------
+
+HOSTILE = '<script>alert("x")</script>'
+PROBLEM = re.compile(r'<p class="problem" id="problem">(.*?)</p>', re.S)
+
+
+def test_names_and_values_are_escaped_on_every_page_that_shows_them(console_as, as_role):
+    api = as_role("admin")
+    [job_id] = submit(api, {"owner": HOSTILE, "owner_group": "g<b>", "sites": ["<i>site</i>"], "tags": [HOSTILE],
+                            "payload": {"x": "</pre>" + HOSTILE}})  # fmt: skip
+    tq = api.get(f"/jobs/{job_id}").json()["task_queue_id"]
+    console = console_as("admin")
+    by_owner = {"owner": HOSTILE}
+    pages = [("/ui/", {}), ("/ui/jobs", {}), ("/ui/jobs", by_owner), (f"/ui/jobs/{job_id}", {}),
+             ("/ui/taskqueues", {}), ("/ui/taskqueues", by_owner), (f"/ui/taskqueues/{tq}", {})]  # fmt: skip
+    for path, params in pages:
+        page = console.get(path, params=params)
+        assert page.status_code == 200, (path, params, page.text)
+        shown, where = page.text, (path, params)
+        assert HOSTILE not in shown and "&lt;script&gt;alert(" in shown, where
+        assert "g<b>" not in shown and "g&lt;b&gt;" in shown, where
+        assert "<i>site</i>" not in shown and "</pre><" not in shown, where
+        assert "<script>" not in shown and " style=" not in shown.lower(), where
+    # a filter comes back, escaped, in the search form and the bulk forms, and still selects what it names
+    filtered = console.get("/ui/jobs", params={"owner": HOSTILE})
+    assert listed_jobs(filtered) == [job_id]
+    assert form_fields(filtered.text, "/ui/actions/jobs/kill")["owner"] == HOSTILE
+    assert listed_queues(console.get("/ui/taskqueues", params={"owner": HOSTILE})) == [tq]
+
+
+@pytest.mark.parametrize(
+    ("path", "form", "said"),
+    [
+        # the job listing's filters, as GET /jobs takes them
+        ("/ui/jobs?status=Sleeping", None, "status"),
+        ("/ui/jobs?task_queue_id=abc", None, "task_queue_id"),
+        ("/ui/jobs?task_queue_id=0", None, "task_queue_id"),
+        ("/ui/jobs?since=yesterday", None, "since"),
+        ("/ui/jobs?since=2025-01-01T00:00", None, "timezone"),  # as GET /jobs: a time says its zone
+        ("/ui/jobs?since=2025-02-01T00:00Z&until=2025-01-01T00:00Z", None, "must be before"),
+        ("/ui/jobs?owner=" + "x" * 300, None, "owner"),
+        ("/ui/jobs?sites=LCG.CERN.cern", None, "sites"),  # a filter the listing does not take selects nothing silently
+        ("/ui/jobs/abc", None, "job_id"),
+        ("/ui/jobs/0", None, "job_id"),
+        (f"/ui/jobs/{2**63}", None, "job_id"),
+        # the task-queue listing's filters, sort and page
+        ("/ui/taskqueues?sort=bogus", None, "sort"),
+        ("/ui/taskqueues?order=up", None, "order"),
+        ("/ui/taskqueues?page=0", None, "page"),
+        ("/ui/taskqueues?page=x", None, "page"),
+        ("/ui/taskqueues?page=10000000", None, "page"),
+        ("/ui/taskqueues?page=99999999999999999999999", None, "page"),
+        ("/ui/taskqueues?owner=" + "x" * 300, None, "owner"),
+        ("/ui/taskqueues?group=%01", None, "group"),
+        ("/ui/taskqueues?tag=a%00b", None, "tag"),
+        ("/ui/taskqueues?sites=S1", None, "sites"),  # not a filter of this page: refused, not ignored
+        ("/ui/taskqueues/0", None, "tq_id"),
+        ("/ui/taskqueues/x", None, "tq_id"),
+        ("/ui/taskqueues/99999999999999999999", None, "tq_id"),
+        # a resource description, the chart's span
+        ("/ui/why-not?site=S&cpu_time=lots", None, "cpu_time"),
+        ("/ui/why-not?site=S&cpu_time=1&number_of_gpus=-1", None, "number_of_gpus"),
+        ("/ui/?span=2h", None, "1h, 6h, 24h, 7d"),
+        # the forms
+        ("/ui/actions/site-mask/ban", {"site": "any", "reason": "r"}, "every site"),
+        ("/ui/actions/site-mask/ban", {"site": "", "reason": "r"}, "site"),
+        ("/ui/actions/site-mask/ban", {"site": "x" * 300, "reason": "r"}, "site"),
+        ("/ui/actions/jobs/hold", {}, "name the jobs"),
+        ("/ui/actions/jobs/hold", {"job_ids": "1, x"}, "job_ids"),
+        ("/ui/actions/jobs/hold", {"status": "Sleeping"}, "status"),
+        ("/ui/actions/jobs/reschedule", {"owner": "a"}, "the console offers hold, release, kill"),
+    ],
+)
+def test_a_bad_value_is_a_422_page_that_names_it(console_as, path, form, said):
+    console = console_as("admin")
+    r = console.get(path) if form is None else console.submit(path, form, confirm=False)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html"), r.text
+    [problem] = PROBLEM.findall(r.text)
+    assert said in problem
+    # the why-not page answers under its own form, filled in as it was sent
+    assert "Invalid input" in r.text or path.startswith("/ui/why-not")
+
+
 # --- forms are guarded --------------------------------------------------------------------
 
 
@@ -215,12 +294,6 @@ def test_a_ban_asks_first_then_bans_and_is_audited(console_as, as_role):
                                         ("olga", "site_mask.ban", "LCG.CERN.cern")]  # fmt: skip
 
 
-@pytest.mark.parametrize(("site", "said"), [("any", "every site"), ("", "site"), ("x" * 300, "site")])
-def test_a_bad_site_is_refused_with_its_reason(console_as, site, said):
-    r = console_as("admin").submit("/ui/actions/site-mask/ban", {"site": site, "reason": "r"}, confirm=False)
-    assert r.status_code == 422 and said in r.text
-
-
 def test_users_may_not_ban_and_only_admins_recompute(console_as):
     user = console_as("user", sub="alice", groups=["lhcb_user"])
     assert user.submit("/ui/actions/site-mask/ban", {"site": "S", "reason": "r"}).status_code == 403
@@ -231,55 +304,14 @@ def test_users_may_not_ban_and_only_admins_recompute(console_as):
     assert done.status_code == 200 and "task queues" in done.text
 
 
-def test_a_hold_by_filter_counts_first_then_holds_the_selected_jobs(console_as, as_role):
-    api = as_role("admin")
-    held_ids = submit(api, 3, owner="alice")
-    kept = submit(api, 2, owner="bob")
-    console = console_as("operator", sub="olga")
-    asked = console.submit("/ui/actions/jobs/hold", {"owner": "alice"}, confirm=False)
-    assert asked.status_code == 200 and "selects 3 jobs" in asked.text and "changes 3" in asked.text
-    assert {j["status"] for j in api.get("/jobs", params={"owner": "alice"}).json()["jobs"]} == {"Waiting"}
-    done = console.submit("/ui/actions/jobs/hold", {"owner": "alice"})
-    assert done.status_code == 200 and "3 of the 3 selected jobs" in done.text
-    statuses = {j["job_id"]: j["status"] for j in api.get("/jobs").json()["jobs"]}
-    assert [statuses[i] for i in held_ids] == ["Held"] * 3 and [statuses[i] for i in kept] == ["Waiting"] * 2
-    [entry] = [e for e in api.get("/audit").json()["entries"] if e["action"] == "bulk.hold"]
-    assert entry["actor"] == "olga" and entry["detail"]["filter"] == {"owner": "alice"}
-
-
-def test_a_user_s_bulk_action_reaches_only_its_own_jobs(console_as, as_role):
-    api = as_role("admin")
-    mine = submit(api, 2, owner="alice")
-    theirs = submit(api, 2, owner="bob")
-    user = console_as("user", sub="alice", groups=["lhcb_user"])
-    done = user.submit("/ui/actions/jobs/kill", {"owner_group": "lhcb_user"})
-    assert done.status_code == 200 and "2 of the 2 selected jobs" in done.text
-    statuses = {j["job_id"]: j["status"] for j in api.get("/jobs").json()["jobs"]}
-    assert [statuses[i] for i in mine] == ["Killed"] * 2 and [statuses[i] for i in theirs] == ["Waiting"] * 2
-
-
-@pytest.mark.parametrize(
-    ("fields", "said"),
-    [({}, "name the jobs"), ({"job_ids": "1, x"}, "job_ids"), ({"status": "Sleeping"}, "status")],
-)
-def test_a_bulk_form_that_names_no_jobs_or_bad_values_is_refused(console_as, fields, said):
-    r = console_as("admin").submit("/ui/actions/jobs/hold", fields, confirm=False)
-    assert r.status_code == 422 and said in r.text
-
-
-def test_the_console_offers_only_hold_release_and_kill(console_as):
-    r = console_as("admin").submit("/ui/actions/jobs/reschedule", {"owner": "a"}, confirm=False)
-    assert r.status_code == 422
-
-
 # --- the overview -------------------------------------------------------------------------
 
 
 def test_the_overview_shows_counts_groups_and_the_busiest_queues(console_as, as_role):
     api = as_role("admin")
-    submit(api, 3, owner="alice")
-    submit(api, 2, owner="bob", owner_group="lhcb_mc")
-    [held] = submit(api, 1, owner="carol")
+    submit(api, {"owner": "alice"}, count=3)
+    submit(api, {"owner": "bob", "owner_group": "lhcb_mc"}, count=2)
+    [held] = submit(api, {"owner": "carol"})
     assert api.post("/jobs/hold", json={"filter": {"job_ids": [held]}}).json()["changed"] == 1
     page = console_as("operator").get("/ui/")
     assert page.status_code == 200
@@ -295,7 +327,7 @@ def test_the_overview_shows_counts_groups_and_the_busiest_queues(console_as, as_
 
 def test_the_overview_counts_this_minute_s_matches(console_as, as_role):
     api = as_role("admin")
-    submit(api, 3, owner="alice")
+    submit(api, {"owner": "alice"}, count=3)
     for _ in range(2):
         assert (
             api.post("/match", json={"Site": "LCG.CERN.cern", "CPUTime": 100_000, "JobType": "any"}).status_code == 200
@@ -310,18 +342,8 @@ def test_users_land_on_their_jobs(console_as):
     assert r.status_code == 303 and r.headers["location"] == "/ui/jobs"
 
 
-def test_names_are_escaped_everywhere_they_are_shown(console_as, as_role):
-    hostile = '<script>alert("x")</script>'
-    api = as_role("admin")
-    submit(api, 1, owner=hostile, owner_group="g<b>")
-    page = console_as("admin").get("/ui/").text
-    assert hostile not in page and "&lt;script&gt;alert(" in page
-    assert "g<b>" not in page and "g&lt;b&gt;" in page
-
-
 # --- why not, shares, sites ----------------------------------------------------------------
 
-CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 ROW = re.compile(r'<tr data-tq="(\d+)" data-probability="([0-9.e-]+)">')
 CONDITION = re.compile(
     r'<tr data-condition="(\w+)"><td>[^<]+<small[^>]*>\w+</small></td><td class="num">(\d+)</td></tr>'
@@ -330,26 +352,48 @@ CONDITION = re.compile(
 
 def test_why_not_shows_what_the_dry_run_answers(console_as, as_role):
     api = as_role("admin")
-    submit(api, 2, owner="alice", platforms=["el9"])
-    submit(api, 3, owner="bob", platforms=["el8"])
-    submit(api, 1, owner="carol", sites=["LCG.Other.org"])
-    submit(api, 1, owner="dave", cpu_time=500_000)
-    api.post("/priorities/recompute")
-    description = {"site": "LCG.CERN.cern", "cpu_time": "86400", "platform": "el9, el8"}
-    dry_run = api.post("/taskqueues/matching", json={**description, "platform": ["el9", "el8"]}).json()
-    page = console_as("operator").get("/ui/why-not", params=description)
+    for group, share in (("lhcb_user", 3000), ("lhcb_mc", 1000)):
+        assert api.put(f"/groups/{group}", json={"job_share": share}).status_code in (200, 201)
+    cern, ral = "LCG.CERN.cern", "LCG.RAL.uk"
+    submit(api, {"sites": [cern]}, count=3)  # eligible
+    submit(api,
+           {"owner": "bob", "owner_group": "lhcb_mc", "platforms": ["EL9"]},  # eligible
+           {"owner": "carol", "cpu_time": 500_000},  # too long
+           {"owner": "dave", "sites": [ral]},  # elsewhere
+           {"owner": "erin", "platforms": ["EL7"]},  # another platform
+           {"owner": "frank", "tags": ["GPU"]},  # a tag the slot lacks
+           {"owner": "gina", "job_types": ["MCSimulation"]},  # another job type
+           {"owner": "hal", "sites": [cern, ral], "banned_sites": [cern]},  # banned here
+           # below: a group the slot does not take
+           {"owner": "ivan", "owner_group": "lhcb_calib"})  # fmt: skip
+    assert api.post("/priorities/recompute").status_code == 200
+    # several values typed in a field, separated by commas, are the description's list
+    typed = {"site": cern, "cpu_time": "86400", "platform": "EL9, EL8", "tags": "SSD", "job_type": "User, Test",
+             "owner_group": "lhcb_user, lhcb_mc"}  # fmt: skip
+    described = {"site": cern, "cpu_time": 86400, "platform": ["EL9", "EL8"], "tags": ["SSD"],
+                 "job_type": ["User", "Test"], "owner_group": ["lhcb_user", "lhcb_mc"]}  # fmt: skip
+    answer = api.post("/taskqueues/matching", json=described)
+    assert answer.status_code == 200, answer.text
+    dry_run = answer.json()
+    analysis = dry_run["analysis"]
+    page = console_as("operator").get("/ui/why-not", params=typed)
     assert page.status_code == 200
     shown = {int(tq): float(p) for tq, p in ROW.findall(page.text)}
     assert shown == {tq["task_queue_id"]: pytest.approx(tq["probability"], abs=1e-12) for tq in dry_run["task_queues"]}
-    assert len(shown) == 2 and dry_run["analysis"]["eligible"] == 2
-    assert {name: int(n) for name, n in CONDITION.findall(page.text)} == dry_run["analysis"]["rejected_by"]
-    assert f'<strong id="eligible">{dry_run["analysis"]["eligible"]}</strong>' in page.text
+    assert len(shown) == analysis["eligible"] == 2
+    assert len(set(shown.values())) == 2, f"the eligible queues' chances do not differ: {shown}"
+    rejected = {name: int(n) for name, n in CONDITION.findall(page.text)}
+    assert rejected == analysis["rejected_by"]
+    assert {"cpu_time", "site", "platform", "tags", "job_type", "banned_site", "owner_group"} <= {
+        name for name, count in rejected.items() if count}  # fmt: skip
+    assert (f'<strong id="eligible">{analysis["eligible"]}</strong> of '
+            f'<span id="considered">{analysis["task_queues_considered"]}</span>') in page.text  # fmt: skip
 
 
 def test_why_not_asks_for_the_gpus_a_slot_offers(console_as, as_role):
     api = as_role("admin")
-    submit(api, 1, owner="alice", number_of_gpus=2)
-    submit(api, 1, owner="bob")
+    submit(api, {"owner": "alice", "number_of_gpus": 2})
+    submit(api, {"owner": "bob"})
     operator = console_as("operator")
     assert '<label>GPUs<input name="number_of_gpus" value=""' in operator.get("/ui/why-not").text
     for offered, eligible in (("", 1), ("1", 1), ("2", 2), ("8", 2)):
@@ -358,21 +402,19 @@ def test_why_not_asks_for_the_gpus_a_slot_offers(console_as, as_role):
         assert f'name="number_of_gpus" value="{offered}"' in page.text
         assert len(ROW.findall(page.text)) == eligible
         assert {name: int(n) for name, n in CONDITION.findall(page.text)}["gpus"] == 2 - eligible
-    bad = operator.get("/ui/why-not", params={"site": "S", "cpu_time": "1", "number_of_gpus": "-1"})
-    assert bad.status_code == 422 and "number_of_gpus" in bad.text
 
 
-def test_why_not_names_a_bad_value_and_users_may_not_ask(console_as):
-    bad = console_as("operator").get("/ui/why-not", params={"site": "S", "cpu_time": "lots"})
-    assert bad.status_code == 422 and "cpu_time" in bad.text and 'name="site" value="S"' in bad.text
+def test_why_not_keeps_a_refused_description_in_its_form_and_users_may_not_ask(console_as):
+    refused = console_as("operator").get("/ui/why-not", params={"site": "S", "cpu_time": "lots"})
+    assert refused.status_code == 422 and 'name="site" value="S"' in refused.text and 'value="lots"' in refused.text
     user = console_as("user", sub="alice", groups=["lhcb_user"])
     assert user.get("/ui/why-not", params={"site": "S", "cpu_time": "1"}).status_code == 403
 
 
 def test_shares_show_the_entities_of_the_last_run_and_sshare_a(console_as, as_role):
     api = as_role("admin")
-    submit(api, 2, owner="alice")
-    submit(api, 1, owner="bob", owner_group="lhcb_mc")
+    submit(api, {"owner": "alice"}, count=2)
+    submit(api, {"owner": "bob", "owner_group": "lhcb_mc"})
     api.post("/priorities/recompute")
     page = console_as("operator").get("/ui/shares")
     assert page.status_code == 200 and 'id="entities"' in page.text
@@ -384,7 +426,7 @@ def test_shares_show_the_entities_of_the_last_run_and_sshare_a(console_as, as_ro
 
 def test_sites_show_the_mask_the_limits_with_what_runs_and_the_pilots(console_as, as_role):
     api = as_role("admin")
-    submit(api, 2, owner="alice", job_types=["MCSimulation"])
+    submit(api, {"owner": "alice", "job_types": ["MCSimulation"]}, count=2)
     assert api.put("/limits", json={"limits": [
         {"site": "LCG.CERN.cern", "attribute": "JobType", "value": "MCSimulation", "running_limit": 5}
     ]}).status_code == 200  # fmt: skip
@@ -402,8 +444,8 @@ def test_sites_show_the_mask_the_limits_with_what_runs_and_the_pilots(console_as
 def test_shares_and_a_queue_s_priority_show_under_every_policy(quiet_server, policy):
     srv = quiet_server(PRIORITY__POLICY=policy)
     with srv.client() as api, httpx.Client(base_url=srv.url) as browser:
-        submit(api, 2, owner="alice")
-        [tq_job] = submit(api, 1, owner="bob", owner_group="lhcb_mc")
+        submit(api, {"owner": "alice"}, count=2)
+        [tq_job] = submit(api, {"owner": "bob", "owner_group": "lhcb_mc"})
         assert api.post("/priorities/recompute").status_code == 200
         tq_id = api.get(f"/jobs/{tq_job}").json()["task_queue_id"]
         shares = browser.get("/ui/shares")
@@ -471,7 +513,7 @@ def test_the_chart_of_shares_reaches_back_over_the_span_chosen_or_to_its_first_s
     first = now - timedelta(hours=3)
     recent = now - timedelta(minutes=30)
     add_samples(database, [(first, {"lhcb_mc": 3, "lhcb_user": 1}), (recent, {"lhcb_mc": 2}),
-                           (now - timedelta(minutes=1), {"lhcb_mc": 1, "lhcb_user": 1})])  # fmt: skip
+                           (now - timedelta(minutes=1), {"lhcb_mc": 1, "lhcb_user": 1, "lhcb_calib": 1})])  # fmt: skip
     console = console_as("operator")
     # an hour reaches back to its first sample, half an hour ago: the chart follows the samples
     hour = console.get("/ui/", params={"span": "1h"})
@@ -482,14 +524,16 @@ def test_the_chart_of_shares_reaches_back_over_the_span_chosen_or_to_its_first_s
     day = console.get("/ui/", params={"span": "24h"})
     assert chart_since(day) == first and "last 3.0 h" in day.text
     assert '<a href="/ui/?span=6h" data-span="6h" aria-current="true">' in console.get("/ui/").text  # share_hours
-    # a target for every group drawn: lhcb_user has no configuration, so the default share (1000 of 4000)
-    for group, target in (("lhcb_mc", "75 %"), ("lhcb_user", "25 %")):
+    # a line and a target for every group that ran, the last sample's newcomer too; lhcb_user and
+    # lhcb_calib have no configuration, so the default share (1000 of 5000 each)
+    groups = {"lhcb_mc", "lhcb_user", "lhcb_calib"}
+    assert set(re.findall(r'<polyline class="achieved" data-group="([^"]+)"', day.text)) == groups
+    assert set(re.findall(r'<line class="target" data-group="([^"]+)"', day.text)) == groups
+    for group, target in (("lhcb_mc", "60 %"), ("lhcb_user", "20 %"), ("lhcb_calib", "20 %")):
         assert re.search(rf'<line class="target" data-group="{group}"[^>]*><title>{group}: target {target}</title>',
                          day.text), group  # fmt: skip
     assert re.search(r"<strong>lhcb_user</strong> [^<]+ <span class=\"muted\">\(not configured: the default share\)",
                      day.text)  # fmt: skip
-    refused = console.get("/ui/", params={"span": "2h"})
-    assert refused.status_code == 422 and "1h, 6h, 24h, 7d" in refused.text and 'id="problem"' in refused.text
 
 
 def test_the_corrections_in_force_are_a_table_with_three_significant_digits(server_factory, clean):
@@ -499,8 +543,8 @@ def test_the_corrections_in_force_are_a_table_with_three_significant_digits(serv
     srv = server_factory(PRIORITY__CORRECTIONS_ENABLED="true", PRIORITY__CORRECTIONS=json.dumps(corrections))
     with srv.client() as api, httpx.Client(base_url=srv.url) as browser:
         assert api.put("/groups/lhcb_mc", json={"job_share": 3000}).status_code in (200, 201)
-        submit(api, 1, owner="alice")
-        submit(api, 1, owner="bob", owner_group="lhcb_mc")
+        submit(api, {"owner": "alice"})
+        submit(api, {"owner": "bob", "owner_group": "lhcb_mc"})
         assert api.post("/priorities/recompute").status_code == 200
         explained = api.get("/shares").json()["corrections"]["groups"]["entities"]
         page = browser.get("/ui/shares").text
