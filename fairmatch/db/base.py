@@ -29,12 +29,11 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def model_of(model: type[Model], row: Any, **given: Any) -> Model:
-    """`model` made of a row: each field not `given` is the column of its name, a time in UTC
-    (SQLite's come back naive)."""
-    columns = row._mapping
+    """`model` made of a row (SQLAlchemy's, or a hot path's `raw.Row`): each field not `given`
+    is the column of its name, a time in UTC (SQLite's come back naive)."""
     for name in _field_names(model):
         if name not in given:
-            value = columns[name]
+            value = getattr(row, name)
             given[name] = as_utc(value) if isinstance(value, datetime) else value
     return model(**given)
 

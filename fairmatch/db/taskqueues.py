@@ -241,5 +241,5 @@ class SQLiteTaskQueueDB(SQLiteStatements, TaskQueueDB, dialect="sqlite"):
 
 
 def _task_queue_of(row: Any) -> TaskQueue:
-    lists = {field: row._mapping[field] or [] for field in MULTI_VALUE_FIELDS}  # none stored: empty
+    lists = {field: getattr(row, field) or [] for field in MULTI_VALUE_FIELDS}  # none stored: empty
     return model_of(TaskQueue, row, task_queue_id=row.id, **lists)
