@@ -267,7 +267,9 @@ def test_names_that_are_markup_show_as_text(browser, token_server, as_role):
         browser.open(f"{token_server.url}{path}")
         assert_a_page(browser)
         assert no_alert(browser) and owner in browser.text("main") and group in browser.text("main"), path
-        assert not browser.find_all("img[src=x]") and len(browser.find_all("script")) == 1, path  # the console's own script only
+        assert not browser.find_all("img[src=x]") and len(browser.find_all("script")) == 1, (
+            path
+        )  # the console's own script only
     browser.assert_no_console_errors()
 
 
