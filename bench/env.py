@@ -182,12 +182,13 @@ def _proc_stat(pid: int) -> tuple[int, int] | None:
     return int(rest[1]), sum(int(v) for v in rest[11:15])
 
 
-def _tree_ticks(root: int) -> int:
+def tree_ticks(root: int) -> dict[int, int]:
+    """CPU ticks of `root` and of every process under it, by pid."""
     table = {int(e.name): s for e in os.scandir("/proc") if e.name.isdigit() and (s := _proc_stat(int(e.name)))}
-    todo, ticks = [root], 0
+    todo, ticks = [root], {}
     while todo:
         pid = todo.pop()
-        ticks += table.get(pid, (0, 0))[1]
+        ticks[pid] = table.get(pid, (0, 0))[1]
         todo.extend(p for p, (parent, _) in table.items() if parent == pid)
     return ticks
 
@@ -206,7 +207,7 @@ class CpuMeter:
 
     def _read(self) -> tuple[int, dict[int, int]]:
         sessions = {pid: s[1] for (pid,) in query(self.url, SESSIONS) if (s := _proc_stat(pid))}
-        return _tree_ticks(self.service_pid), sessions
+        return sum(tree_ticks(self.service_pid).values()), sessions
 
     def start(self) -> None:
         self._service, self._sessions = self._read()

@@ -1,7 +1,7 @@
 """The benchmark: fairmatch's matching, a job's whole life and the soak, each beside
 references measured in the same run.
 
-    python -m bench.run [--quick] [--only lhcb,diracx,lifecycle,soak] [--seconds 20]
+    python -m bench.run [--quick] [--only lhcb,diracx,lifecycle,soak,ledger] [--seconds 20]
                         [--workers 2] [--max-jobs N] [--soak-seconds 1200] [--write-docs]
 
 Results (results.json, summary.md, the services' logs) go to a new directory under
@@ -22,19 +22,21 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import env
-from bench.sections import SECTIONS, Bench, Plan, ratio
+from bench import env, ledger
+from bench.sections import ASKED_FOR, SECTIONS, Bench, Plan, ratio
 
 DOCS_PAGE = env.REPO / "docs" / "explanation" / "performance.md"
 BEGIN, END = "<!-- bench:figures:begin -->", "<!-- bench:figures:end -->"
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 MAX_JOBS = 10_000_000
+DEFAULT_SECTIONS = [s for s in SECTIONS if s not in ASKED_FOR]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and 3 s runs: a few minutes")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections among {','.join(SECTIONS)}")
+    parser.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
+                        help=f"sections among {','.join(SECTIONS)} (default {','.join(DEFAULT_SECTIONS)})")  # fmt: skip
     parser.add_argument("--seconds", type=int, help="each measured run (default 20, quick 3)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes of each service (default 2)")
     parser.add_argument("--max-jobs", type=int, default=MAX_JOBS, help="caps every section's waiting jobs")
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.build(args.quick, args.seconds, args.workers, args.max_jobs, args.soak_seconds, args.max_pilots)
     out_dir = results_dir()
     # the options that shape the figures (no URL, which may hold a password)
-    shown = {"--only": args.only if args.sections != list(SECTIONS) else None, "--seconds": args.seconds,
+    shown = {"--only": args.only if args.sections != DEFAULT_SECTIONS else None, "--seconds": args.seconds,
              "--workers": args.workers if args.workers != 2 else None, "--soak-seconds": args.soak_seconds,
              "--max-jobs": args.max_jobs if args.max_jobs != MAX_JOBS else None}  # fmt: skip
     argv_text = " ".join(["--quick"] * args.quick + [f"{k} {shlex.quote(str(v))}" for k, v in shown.items() if v])
@@ -199,6 +201,8 @@ def markdown(results: dict) -> str:
         lines += ["", f"### A job's whole life (match, Running, Done; {s['workload']['jobs']:,} waiting)", "",
                   *_table(["service", "pilots", "jobs/s", "÷ lean", "p99 match ms", "p99 Running ms", "p99 Done ms",
                            "CPU ms/job: service / PostgreSQL / pilots", "errors"], rows)]  # fmt: skip
+    if "ledger" in sections:
+        lines += ["", *ledger.markdown(sections["ledger"])]
     if "soak" in sections:
         s = sections["soak"]
         run, db = s["run"], s["database_mb"]

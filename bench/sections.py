@@ -8,7 +8,10 @@ measured in the same run on the same database:
   lean service's whole lives;
 - soak: whole lives under a short retention, the waiting pool kept full, so that
   jobs finish as fast as they are matched: the database's size must level off and
-  the purges must not slow matching.
+  the purges must not slow matching;
+- ledger (only when named in --only: it needs py-spy and the right to trace the services):
+  where fairmatch's CPU goes in a match and in a whole life, part by part, beside the
+  lean service's.
 
 Each section starts from an empty database; jobs enter it through POST /jobs.
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import env
+from bench import env, ledger
 from bench.pilot_load import percentiles
 from bench.references import bare_claim, dirac_sql
 from bench.workloads import Workload, diracx, lhcb, pilots, submit
@@ -50,6 +53,7 @@ class Plan:
     pilots: tuple[int, ...] = (8, 64)  # concurrent pilots of the matching runs
     lifecycle_pilots: tuple[int, ...] = (8, 32, 64)
     soak_pilots: int = 32
+    ledger_pilots: int = 32
     sql_clients: tuple[int, ...] = (8, 64)  # pgbench clients of the bare claim and DIRAC's SQL
     descriptions: int = 10_000  # pilot resource descriptions drawn per workload
 
@@ -74,7 +78,8 @@ class Plan:
             soak_jobs=min(max_jobs, 20_000 if quick else 100_000),
             soak_seconds=soak_seconds or (120 if quick else 1200),
             pilots=capped(cls.pilots), lifecycle_pilots=capped(cls.lifecycle_pilots),
-            soak_pilots=capped((cls.soak_pilots,))[0], sql_clients=capped(cls.sql_clients),
+            soak_pilots=capped((cls.soak_pilots,))[0], ledger_pilots=capped((cls.ledger_pilots,))[0],
+            sql_clients=capped(cls.sql_clients),
         )  # fmt: skip
 
 
@@ -314,4 +319,10 @@ def soak_section(b: Bench) -> dict:
     }  # fmt: skip
 
 
-SECTIONS = {"lhcb": lhcb_section, "diracx": diracx_section, "lifecycle": lifecycle_section, "soak": soak_section}
+def ledger_section(b: Bench) -> dict:
+    return ledger.section(b, lhcb(b.plan.lhcb_jobs / LHCB_JOBS))
+
+
+SECTIONS = {"lhcb": lhcb_section, "diracx": diracx_section, "lifecycle": lifecycle_section, "soak": soak_section,
+            "ledger": ledger_section}  # fmt: skip
+ASKED_FOR = {"ledger"}  # run only when named in --only
