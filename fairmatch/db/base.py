@@ -9,11 +9,12 @@ The backend mixins below hold the few statements every area words differently.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import cache
+from operator import attrgetter
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, get_args
 
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, DateTime, Insert, Select, Table, column, func, literal, select, text
@@ -31,16 +32,28 @@ Model = TypeVar("Model", bound=BaseModel)
 def model_of(model: type[Model], row: Any, **given: Any) -> Model:
     """`model` made of a row (SQLAlchemy's, or a hot path's `raw.Row`): each field not `given`
     is the column of its name, a time in UTC (SQLite's come back naive)."""
-    for name in _field_names(model):
-        if name not in given:
-            value = getattr(row, name)
-            given[name] = as_utc(value) if isinstance(value, datetime) else value
-    return model(**given)
+    names, read, times = _reader(model, tuple(given))
+    values = dict(zip(names, read(row)), **given)
+    for name in times:
+        values[name] = as_utc(values[name])
+    return model.model_validate(values)
 
 
 @cache
-def _field_names(model: type[BaseModel]) -> tuple[str, ...]:
-    return tuple(model.model_fields)
+def _reader(
+    model: type[BaseModel], given: tuple[str, ...]
+) -> tuple[tuple[str, ...], Callable[[Any], tuple], tuple[str, ...]]:
+    """The columns a row gives `model` besides `given`, one getter of them all (every job
+    answer reads some forty), and those that hold times."""
+    names = tuple(name for name in model.model_fields if name not in given)
+    times = tuple(
+        name
+        for name in names
+        if datetime in (model.model_fields[name].annotation, *get_args(model.model_fields[name].annotation))
+    )
+    if len(names) > 1:
+        return names, attrgetter(*names), times
+    return names, lambda row: tuple(getattr(row, name) for name in names), times  # attrgetter of one answers no tuple
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:

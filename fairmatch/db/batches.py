@@ -135,7 +135,7 @@ async def _pipelined(conn: Any, batch: list[_Statement]) -> list[Row]:
             for statement, cursor in zip(batch, cursors):
                 values = await cursor.fetchone()
                 assert values is not None, "a batched statement answers one row"
-                rows.append(row_of(statement.sql, cursor.description, values))
+                rows.append(row_of(statement.sql, cursor, values))
         return rows
     except DatabaseError:
         # After an error the server skips the rest of a pipeline, a statement's preparation

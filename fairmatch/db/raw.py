@@ -55,15 +55,16 @@ async def autocommitted(conn: AsyncConnection) -> AsyncIterator[psycopg.AsyncCon
         raise (translated(wrapped) or DatabaseError(str(exc))) from exc
 
 
-def row_of(sql: str, description: Sequence[Any] | None, values: Sequence[Any]) -> Row:
-    """A row of `sql`'s answer by column name."""
+def row_of(sql: str, cursor: psycopg.AsyncCursor[Any], values: Sequence[Any]) -> Row:
+    """A row of `sql`'s answer (`values`, read from `cursor`) by column name."""
     names = _COLUMNS.get(sql)
     if names is None or len(names) != len(values):  # first run, or the table gained columns
+        description = cursor.description
         assert description is not None, "a statement that returned a row describes it"
         names = _COLUMNS[sql] = [c.name for c in description]
     return Row(dict(zip(names, values)))
 
 
-# the answer's column names per statement: reading them from each result costs more
-# than the rest of the row's decoding
+# the answer's column names per statement: a cursor builds its description anew each
+# time it is read, which costs more than the rest of the row's decoding
 _COLUMNS: dict[str, list[str]] = {}

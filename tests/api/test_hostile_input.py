@@ -700,6 +700,15 @@ def test_control_characters_inside_the_opaque_payload_round_trip(client):
     assert client.get(f"/jobs/{job_id}").json()["payload"] == payload
 
 
+def test_numbers_inside_the_opaque_payload_round_trip_exactly(client):
+    """Integers past 64 bits stay exact, in the match's answer as in a read of the job."""
+    payload = {"big": 2**70 + 1, "low": -(2**64) - 3, "digits": "12345678901234567890123", "x": 0.1, "n": [7, -1]}
+    job_id = submit(client, payload=payload)
+    assert client.get(f"/jobs/{job_id}").json()["payload"] == payload
+    assert client.post("/match", json={**PILOT, "JobID": job_id}).json()["payload"] == payload
+    assert client.post(f"/jobs/{job_id}/status", json={"status": "Running"}).json()["payload"] == payload
+
+
 # --- lengths ---------------------------------------------------------------------------
 
 
