@@ -46,8 +46,8 @@ def read_json(text: str | bytes) -> Any:
     """A JSON column's value: by orjson, which costs a fraction of the standard library's
     decoder on every job row a pilot's call reads; a text orjson would not read exactly
     (a very long integer, a number past a double's range) by the standard library."""
-    pattern = _LONG_DIGITS_BYTES if isinstance(text, bytes) else _LONG_DIGITS
-    if pattern.search(text) is None:
+    long_digits = _LONG_DIGITS_BYTES.search(text) if isinstance(text, bytes) else _LONG_DIGITS.search(text)
+    if long_digits is None:
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
