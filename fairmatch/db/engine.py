@@ -48,7 +48,12 @@ def read_json(text: str | bytes) -> Any:
     """A JSON column's value: by orjson, which costs a fraction of the standard library's
     decoder on every job row a pilot's call reads; a text orjson would not read exactly
     (a very long integer, a number past a double's range) by the standard library."""
-    data = text.encode() if isinstance(text, str) else text
+    if isinstance(text, str):
+        data = text.encode()
+    elif isinstance(text, bytes):
+        data = text
+    else:  # SQLite hands a number stored in a JSON column as that number: SQLAlchemy keeps it on a TypeError
+        raise TypeError(f"JSON text is str or bytes, not {type(text).__name__}")
     if _LONG_RUN not in data.translate(_DIGITS_ONLY):
         try:
             return orjson.loads(data)

@@ -32,3 +32,10 @@ def test_write_json_writes_what_the_standard_library_reads_back(value):
 
 def test_write_json_names_non_string_keys_as_the_standard_library_does():
     assert json.loads(write_json({1: "a", 2.5: "b"})) == json.loads(json.dumps({1: "a", 2.5: "b"}))
+
+
+def test_read_json_refuses_a_number_with_the_error_sqlalchemy_expects():
+    """SQLite hands back a number stored in a JSON column as the number; SQLAlchemy keeps it
+    when the reader raises TypeError, as the standard library's does."""
+    with pytest.raises(TypeError):
+        read_json(5)  # type: ignore[arg-type]
